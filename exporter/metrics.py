@@ -7,14 +7,31 @@ the queue vanish from the exposition by themselves; the scrape never touches the
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from exporter import __version__
+from exporter.model import ActiveStats, Histogram
+
+if TYPE_CHECKING:
+    from exporter.poller import Poller
 
 STATUSES = ("pending", "running", "dead", "done")
 STUCK_REASONS = ("lease_expired", "overrun")
 FAILURE_REASONS = ("deadline", "lease_expired", "error")
 COST_COMPONENTS = ("ai", "proxy", "other")
 MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
-ERROR_REASONS = ("timeout", "connection", "query", "schema", "permission")
+ERROR_REASONS = ("timeout", "lock", "connection", "query", "schema", "permission", "internal")
 
 _EVERY = "Collected every interval in the background, not on scrape."
 
@@ -107,7 +124,7 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
     _d("jobqueue_exporter_collections", "counter", (),
        "Collections attempted since the exporter started.", "poller"),
     _d("jobqueue_exporter_collection_errors", "counter", ("reason",),
-       "Failed collections by reason: timeout, connection, query, schema, permission.",
+       "Failed collections by reason: timeout, lock, connection, query, schema, permission, internal.",
        "poller"),
     _d("jobqueue_exporter_collections_skipped", "counter", (),
        "Ticks skipped because the previous collection was still running.", "poller"),
@@ -138,3 +155,165 @@ BY_NAME: dict[str, MetricDefinition] = {d.name: d for d in DEFINITIONS}
 def exposed_metric_names() -> set[str]:
     """Every series name the exporter can emit (with _total, _bucket, _sum, _count)."""
     return {n for d in DEFINITIONS for n in d.exposed_names}
+
+
+# --- the collector -------------------------------------------------------------------------
+
+
+
+def _family(name: str) -> GaugeMetricFamily | CounterMetricFamily | HistogramMetricFamily:
+    d = BY_NAME[name]
+    if d.type == "counter":
+        return CounterMetricFamily(d.name, d.help, labels=d.labels)
+    if d.type == "histogram":
+        return HistogramMetricFamily(d.name, d.help, labels=d.labels)
+    return GaugeMetricFamily(d.name, d.help, labels=d.labels)
+
+
+class QueueCollector(Collector):
+    """Renders the poller's latest state as metric families, fresh on every scrape."""
+
+    def __init__(self, poller: Poller) -> None:
+        self.poller = poller
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family; queue gauges only while the last success is fresh."""
+        poller = self.poller
+        if poller.snapshot is not None and poller.fresh():
+            yield from self._snapshot_families()
+        yield from self._counter_families()
+        yield from self._health_families()
+
+    def _snapshot_families(self) -> Iterator[Metric]:
+        poller = self.poller
+        snapshot = poller.snapshot
+        assert snapshot is not None
+        labels = poller.labels
+        by_label: dict[str, list[ActiveStats]] = {}
+        dead: dict[str, int] = {}
+        done: dict[str, int] = {}
+        for job_type, stats in snapshot.active.items():
+            by_label.setdefault(labels.label(job_type), []).append(stats)
+        for job_type, n in snapshot.dead.items():
+            label = labels.label(job_type)
+            dead[label] = dead.get(label, 0) + n
+        for job_type, n in (snapshot.done or {}).items():
+            label = labels.label(job_type)
+            done[label] = done.get(label, 0) + n
+        statuses = ("pending", "running", "dead", "done") if snapshot.done is not None else (
+            "pending",
+            "running",
+            "dead",
+        )
+        jobs = _family("jobqueue_jobs")
+        scheduled = _family("jobqueue_jobs_scheduled")
+        oldest_pending = _family("jobqueue_oldest_pending_age_seconds")
+        oldest_ready = _family("jobqueue_oldest_ready_wait_seconds")
+        stuck = _family("jobqueue_stuck_jobs")
+        lease_oldest = _family("jobqueue_lease_expired_oldest_seconds")
+        running_oldest = _family("jobqueue_running_oldest_seconds")
+        # Every label seen so far is exported, with zeros, so a status that empties reads 0
+        # rather than vanishing (alerts and rate() need the series to exist).
+        for label in labels.labels:
+            group = by_label.get(label, [])
+            counts = {
+                "pending": sum(s.pending for s in group),
+                "running": sum(s.running for s in group),
+                "dead": dead.get(label, 0),
+                "done": done.get(label, 0),
+            }
+            for status in statuses:
+                jobs.add_metric([label, status], counts[status])
+            scheduled.add_metric([label], sum(s.scheduled for s in group))
+            oldest_pending.add_metric([label], max((s.oldest_pending_age for s in group), default=0.0))
+            oldest_ready.add_metric([label], max((s.oldest_ready_wait for s in group), default=0.0))
+            stuck.add_metric([label, "lease_expired"], sum(s.stuck_lease_expired for s in group))
+            stuck.add_metric([label, "overrun"], sum(s.stuck_overrun for s in group))
+            lease_oldest.add_metric([label], max((s.lease_expired_oldest for s in group), default=0.0))
+            running_oldest.add_metric([label], max((s.running_oldest for s in group), default=0.0))
+        yield from (jobs, scheduled, oldest_pending, oldest_ready, stuck, lease_oldest, running_oldest)
+
+    def _counter_families(self) -> Iterator[Metric]:
+        poller = self.poller
+        tallies = poller.tallies
+        labels = poller.labels.labels
+        enqueued = _family("jobqueue_jobs_enqueued")
+        completed = _family("jobqueue_jobs_completed")
+        failures = _family("jobqueue_job_failures")
+        dead = _family("jobqueue_jobs_dead")
+        requeued = _family("jobqueue_jobs_requeued")
+        cost = _family("jobqueue_cost_usd")
+        for label in labels:
+            enqueued.add_metric([label], tallies.enqueued[label])
+            completed.add_metric([label], tallies.completed[label])
+            requeued.add_metric([label], tallies.requeued[label])
+            for reason in FAILURE_REASONS:
+                failures.add_metric([label, reason], tallies.failures[(label, reason)])
+                dead.add_metric([label, reason], tallies.dead[(label, reason)])
+            for component in COST_COMPONENTS:
+                cost.add_metric([label, component], tallies.cost.get((label, component), 0.0))
+        yield from (enqueued, completed, failures, dead, requeued, cost)
+        for name, table, bounds in (
+            ("jobqueue_job_duration_seconds", tallies.duration, tallies.duration_bounds),
+            ("jobqueue_job_wait_seconds", tallies.wait, tallies.wait_bounds),
+            ("jobqueue_job_latency_seconds", tallies.latency, tallies.latency_bounds),
+        ):
+            family = _family(name)
+            assert isinstance(family, HistogramMetricFamily)
+            for label in labels:
+                histogram = table.get(label) or Histogram(bounds)
+                family.add_metric([label], histogram.cumulative(), histogram.total)
+            yield family
+        malformed = _family("jobqueue_exporter_malformed_rows")
+        for field_name in MALFORMED_FIELDS:
+            malformed.add_metric([field_name], tallies.malformed[field_name])
+        yield malformed
+
+    def _health_families(self) -> Iterator[Metric]:
+        poller = self.poller
+        health = poller.health
+        up = _family("jobqueue_up")
+        up.add_metric([], 1 if health.up and poller.fresh() else 0)
+        last = _family("jobqueue_exporter_last_success_timestamp_seconds")
+        last.add_metric([], health.last_success_at)
+        collections = _family("jobqueue_exporter_collections")
+        collections.add_metric([], health.collections)
+        errors = _family("jobqueue_exporter_collection_errors")
+        for reason in sorted(set(ERROR_REASONS) | set(health.errors)):
+            errors.add_metric([reason], health.errors[reason])
+        skipped = _family("jobqueue_exporter_collections_skipped")
+        skipped.add_metric([], health.skipped)
+        duration = _family("jobqueue_exporter_collection_duration_seconds")
+        duration.add_metric([], health.collection_duration)
+        timeout = _family("jobqueue_exporter_collection_timeout_seconds")
+        timeout.add_metric([], poller.settings.collect.timeout)
+        queries = _family("jobqueue_exporter_query_duration_seconds")
+        for query, seconds in sorted(health.query_durations.items()):
+            queries.add_metric([query], seconds)
+        missing = _family("jobqueue_exporter_missing_index")
+        for index, flag in sorted(health.missing_indexes.items()):
+            missing.add_metric([index], flag)
+        tracked = _family("jobqueue_exporter_tracked_jobs")
+        tracked.add_metric([], poller.tracker.tracked)
+        folded = _family("jobqueue_exporter_job_types_folded")
+        folded.add_metric([], len(poller.labels.folded))
+        build = _family("jobqueue_exporter_build_info")
+        build.add_metric([__version__], 1)
+        yield from (
+            up, last, collections, errors, skipped, duration, timeout, queries, missing, tracked,
+            folded, build,
+        )  # fmt: skip
+
+
+def build_registry(poller: Poller, *, process_metrics: bool = True) -> CollectorRegistry:
+    """A private registry holding the queue collector (and process_* metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(poller))
+    if process_metrics:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The text exposition of a registry."""
+    return generate_latest(registry)

@@ -1,0 +1,213 @@
+"""The HTTP side: routes, start-up and shutdown of the database pool and the poller.
+
+Only this module (and webconfig) imports aiohttp. No handler touches the database: /metrics
+renders what the last collection left, so a scrape costs the same with the database up or down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import logging
+import signal
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
+
+from exporter import __version__
+from exporter.config import Settings
+from exporter.db import ConnectOptions, Database
+from exporter.metrics import build_registry, render
+from exporter.poller import Poller
+
+log = logging.getLogger(__name__)
+
+POLLER_KEY = web.AppKey("poller", Poller)
+SETTINGS_KEY = web.AppKey("settings", Settings)
+# A rendered exposition is reused until the next collection (or for at most this long), so
+# fifty concurrent scrapers cost one rendering, not fifty.
+RENDER_MAX_AGE = 1.0
+
+
+class _Exposition:
+    """Caches the rendered /metrics body per collection."""
+
+    def __init__(self, poller: Poller, registry: CollectorRegistry) -> None:
+        self.poller = poller
+        self.registry = registry
+        self._key: tuple[int, bool] | None = None
+        self._body = b""
+        self._rendered_at = 0.0
+
+    def body(self) -> bytes:
+        key = (self.poller.generation, self.poller.fresh())
+        now = time.monotonic()
+        if key != self._key or now - self._rendered_at > RENDER_MAX_AGE:
+            self._body = render(self.registry)
+            self._key = key
+            self._rendered_at = now
+        return self._body
+
+
+def create_app(settings: Settings, poller: Poller, registry: CollectorRegistry) -> web.Application:
+    """The aiohttp application with every route; no start-up work."""
+    from exporter import webconfig
+
+    holder = webconfig.WebConfigHolder(settings.web.config_file) if settings.web.config_file else None
+    middlewares = webconfig.middlewares(holder)
+    app = web.Application(middlewares=middlewares, client_max_size=1024)
+    app[POLLER_KEY] = poller
+    app[SETTINGS_KEY] = settings
+    exposition = _Exposition(poller, registry)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=exposition.body(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if poller.health.up and poller.fresh():
+            return web.Response(text="ready\n")
+        reason = poller.health.last_error or "no successful collection yet"
+        return web.Response(status=503, text=f"not ready: {reason}\n")
+
+    async def landing(_: web.Request) -> web.Response:
+        return web.Response(text=_landing_page(settings, poller), content_type="text/html")
+
+    app.router.add_get(settings.web.telemetry_path, metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/", landing)
+    app["web_config_holder"] = holder
+    return app
+
+
+def _landing_page(settings: Settings, poller: Poller) -> str:
+    health = poller.health
+    if health.last_success_at:
+        when = datetime.fromtimestamp(health.last_success_at, UTC).isoformat(timespec="seconds")
+    else:
+        when = "never"
+    error = html.escape(health.last_error) if health.last_error else "none"
+    path = html.escape(settings.web.telemetry_path)
+    return (
+        "<!doctype html><html><head><title>jobqueue-exporter</title></head><body>"
+        f"<h1>jobqueue-exporter {html.escape(__version__)}</h1>"
+        f'<p><a href="{path}">Metrics</a> · <a href="/healthz">healthz</a> · '
+        '<a href="/readyz">readyz</a></p>'
+        f"<p>Database reachable: {'yes' if health.up else 'no'}<br>"
+        f"Last successful collection (database clock): {html.escape(when)}<br>"
+        f"Last error: {error}</p></body></html>\n"
+    )
+
+
+def parse_listen_address(address: str) -> tuple[str | None, int]:
+    """Split ``host:port`` (host may be empty or a bracketed IPv6 address)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    return (host or None), int(port)
+
+
+def connect_options(settings: Settings) -> ConnectOptions:
+    """What the database layer needs from the settings."""
+    db, collect = settings.database, settings.collect
+    if not db.dsn:
+        raise ValueError("database.dsn is not set")
+    return ConnectOptions(
+        dsn=db.dsn,
+        table=db.table,
+        max_connections=db.max_connections,
+        connect_timeout=db.connect_timeout,
+        statement_timeout=collect.statement_timeout,
+        lock_timeout=collect.lock_timeout,
+    )
+
+
+class Exporter:
+    """The running exporter: pool, poller and HTTP server, started and stopped together."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.database = Database(connect_options(settings))
+        self.poller = Poller(settings, self.database)
+        self.registry = build_registry(self.poller)
+        self.app = create_app(settings, self.poller, self.registry)
+        self._runner: web.AppRunner | None = None
+        self._poll_task: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    async def start(self) -> None:
+        """Bind the HTTP server, then start collecting in the background."""
+        from exporter import webconfig
+
+        host, port = parse_listen_address(self.settings.web.listen_address)
+        self._runner = web.AppRunner(self.app, handle_signals=False, **webconfig.server_limits())
+        await self._runner.setup()
+        holder = self.app["web_config_holder"]
+        site = web.TCPSite(
+            self._runner, host=host, port=port, ssl_context=webconfig.ssl_context(holder)
+        )
+        await site.start()
+        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        self._poll_task = asyncio.create_task(self.poller.run())
+        log.info(
+            "listening",
+            extra={"fields": {"address": self.settings.web.listen_address, "port": self.port}},
+        )
+
+    async def stop(self) -> None:
+        """Stop collecting, close every database connection, stop serving."""
+        if self._poll_task is not None:
+            self._poll_task.cancel()
+            await asyncio.gather(self._poll_task, return_exceptions=True)
+        await self.database.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        log.info("stopped")
+
+
+async def serve(settings: Settings, *, banner: str | None = None) -> None:
+    """Run until SIGTERM or SIGINT."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    exporter = Exporter(settings)
+    await exporter.start()
+    if banner:
+        print(banner.format(port=exporter.port), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await exporter.stop()
+
+
+def run(settings: Settings) -> int:
+    """Entry point of ``jobqueue-exporter run``."""
+    asyncio.run(serve(settings))
+    return 0
+
+
+def run_demo(settings: Settings) -> int:
+    """Entry point of ``jobqueue-exporter demo``: throwaway database, simulated fleet, exporter."""
+    from exporter.demo import demo_environment
+
+    async def main() -> None:
+        async with demo_environment() as dsn:
+            demo_settings = replace(settings, database=replace(settings.database, dsn=dsn))
+            await serve(
+                demo_settings,
+                banner="jobqueue-exporter demo: metrics at http://127.0.0.1:{port}"
+                + settings.web.telemetry_path
+                + "  (Ctrl-C stops and removes the demo database)",
+            )
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+    return 0

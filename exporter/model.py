@@ -1,0 +1,170 @@
+"""Plain data shared by the layers: rows read from the queue, the snapshot, and the transition tallies.
+
+No I/O here. Times are Unix seconds taken from the database's clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
+OTHER_LABEL = "other"
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One row of the job table as the change query returns it."""
+
+    job_id: str
+    job_type: int
+    status: int
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    result: str | None  # JSON text, only fetched for DONE rows
+    run_after: float
+    run_started_at: float | None
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class ActiveStats:
+    """Aggregates over the PENDING and RUNNING rows of one job_type."""
+
+    pending: int = 0
+    running: int = 0
+    scheduled: int = 0
+    oldest_pending_age: float = 0.0
+    oldest_ready_wait: float = 0.0
+    stuck_lease_expired: int = 0
+    stuck_overrun: int = 0
+    lease_expired_oldest: float = 0.0
+    running_oldest: float = 0.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The queue's live state at one database instant."""
+
+    taken_at: float
+    active: dict[int, ActiveStats]
+    dead: dict[int, int]
+    done: dict[int, int] | None = None
+
+
+class JobTypeLabels:
+    """Maps job_type numbers to bounded label values: configured names, else the number, else other.
+
+    A job type keeps the label it was first given for the life of the process, so a counter never
+    moves between label sets; once ``cap`` distinct labels exist, new job types fold into "other".
+    """
+
+    def __init__(self, names: dict[int, str], cap: int) -> None:
+        self._names = dict(names)
+        self._cap = cap
+        self._assigned: dict[int, str] = {}
+        self._labels: list[str] = []
+        self.folded: set[int] = set()
+        for job_type in sorted(names):
+            self.label(job_type)
+
+    def label(self, job_type: int) -> str:
+        """Return the label of ``job_type``, assigning one on first sight."""
+        found = self._assigned.get(job_type)
+        if found is not None:
+            return found
+        if len(self._labels) < self._cap:
+            label = self._names.get(job_type, str(job_type))
+            self._labels.append(label)
+        else:
+            label = OTHER_LABEL
+            self.folded.add(job_type)
+            if OTHER_LABEL not in self._labels:
+                self._labels.append(OTHER_LABEL)
+        self._assigned[job_type] = label
+        return label
+
+    @property
+    def labels(self) -> list[str]:
+        """Every label value handed out so far, in order of first sight."""
+        return list(self._labels)
+
+
+@dataclass
+class Histogram:
+    """Cumulative histogram of observations with fixed upper bounds (+Inf implied)."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+
+    def observe(self, value: float) -> None:
+        """Add one observation."""
+        index = bisect.bisect_left(self.bounds, value)
+        if index < len(self.counts):
+            self.counts[index] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """Bucket (le, cumulative count) pairs including +Inf, as the exposition wants them."""
+        out: list[tuple[str, int]] = []
+        running = 0
+        for bound, n in zip(self.bounds, self.counts, strict=True):
+            running += n
+            out.append((_format_bound(bound), running))
+        out.append(("+Inf", self.count))
+        return out
+
+
+def _format_bound(bound: float) -> str:
+    return repr(float(bound)) if not math.isinf(bound) else "+Inf"
+
+
+@dataclass
+class Tallies:
+    """Everything counted since the exporter's first successful collection, keyed by label."""
+
+    duration_bounds: tuple[float, ...]
+    wait_bounds: tuple[float, ...]
+    latency_bounds: tuple[float, ...]
+    enqueued: Counter[str] = field(default_factory=Counter)
+    completed: Counter[str] = field(default_factory=Counter)
+    failures: Counter[tuple[str, str]] = field(default_factory=Counter)
+    dead: Counter[tuple[str, str]] = field(default_factory=Counter)
+    requeued: Counter[str] = field(default_factory=Counter)
+    cost: dict[tuple[str, str], float] = field(default_factory=dict)
+    malformed: Counter[str] = field(default_factory=Counter)
+    duration: dict[str, Histogram] = field(default_factory=dict)
+    wait: dict[str, Histogram] = field(default_factory=dict)
+    latency: dict[str, Histogram] = field(default_factory=dict)
+
+    def add_cost(self, label: str, component: str, usd: float) -> None:
+        """Add spend to one (job_type, component) counter."""
+        key = (label, component)
+        self.cost[key] = self.cost.get(key, 0.0) + usd
+
+    def observe(self, label: str, duration: float | None, wait: float, latency: float) -> None:
+        """Record one completed job in the three histograms."""
+        if duration is not None:
+            self._histogram(self.duration, label, self.duration_bounds).observe(duration)
+        self._histogram(self.wait, label, self.wait_bounds).observe(wait)
+        self._histogram(self.latency, label, self.latency_bounds).observe(latency)
+
+    @staticmethod
+    def _histogram(
+        table: dict[str, Histogram], label: str, bounds: tuple[float, ...]
+    ) -> Histogram:
+        found = table.get(label)
+        if found is None:
+            found = table[label] = Histogram(bounds)
+        return found

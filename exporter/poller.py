@@ -1,0 +1,224 @@
+"""The collection loop: one collection at a time, capped jittered backoff, staleness.
+
+The poller owns the latest snapshot, the tracker and the exporter's own health figures; the
+HTTP side only reads them. Every collection is bounded by ``collect.timeout`` on the client
+side too, so a silent network cannot hold it for the operating system's TCP timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from exporter.config import Settings
+from exporter.db import INDEX_FILE, REQUIRED_INDEXES, Database, DatabaseError
+from exporter.model import JobTypeLabels, Snapshot, Tallies
+from exporter.results import ResultPaths
+from exporter.tracker import Tracker, TrackerOptions
+
+log = logging.getLogger(__name__)
+
+# Purged active rows are looked for every this many cycles (a primary-key lookup per job).
+PURGE_CHECK_EVERY = 20
+# Indexes are looked for again every this many cycles, so creating them later is noticed.
+INDEX_CHECK_EVERY = 40
+BACKOFF_FIRST = 1.0
+
+
+@dataclass
+class Health:
+    """The exporter's own figures, exported as jobqueue_up and jobqueue_exporter_*."""
+
+    up: bool = False
+    last_success_at: float = 0.0  # database clock
+    last_success_monotonic: float | None = None
+    collections: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    collection_duration: float = 0.0
+    query_durations: dict[str, float] = field(default_factory=dict)
+    missing_indexes: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+class Poller:
+    """Runs collections in the background and keeps what the last successful one read."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.database = database
+        self._monotonic = monotonic
+        self._rng = rng or random.Random()
+        collect = settings.collect
+        self.labels = JobTypeLabels(collect.job_types, collect.max_job_types)
+        self.tallies = Tallies(
+            collect.duration_buckets, collect.wait_buckets, collect.latency_buckets
+        )
+        self.tracker = Tracker(
+            TrackerOptions(
+                commit_lag_tolerance=collect.commit_lag_tolerance,
+                deadline_prefix=collect.deadline_error_prefix,
+                lease_marker=collect.lease_expired_marker,
+                paths=ResultPaths(
+                    collect.duration_path,
+                    collect.cost_ai_path,
+                    collect.cost_proxy_path,
+                    collect.cost_total_path,
+                ),
+            ),
+            self.labels,
+            self.tallies,
+        )
+        self.health = Health()
+        self.snapshot: Snapshot | None = None
+        self.generation = 0  # bumped after every collection, for render caches
+        self._cycle = 0
+        self._indexes_checked_at: int | None = None
+        self._finished = asyncio.Condition()
+
+    def fresh(self) -> bool:
+        """True when the last success is recent enough to serve the queue gauges."""
+        at = self.health.last_success_monotonic
+        if at is None:
+            return False
+        return self._monotonic() - at <= self.settings.collect.effective_staleness_limit
+
+    async def run(self) -> None:
+        """Collect forever: on the interval when healthy, with capped jittered backoff when not."""
+        interval = self.settings.collect.interval
+        failures = 0
+        while True:
+            started = self._monotonic()
+            task = asyncio.create_task(self.collect_once())
+            next_tick = started + interval
+            try:
+                while True:
+                    done, _ = await asyncio.wait({task}, timeout=max(0.0, next_tick - self._monotonic()))
+                    if done:
+                        break
+                    # The tick came while the collection is still running: skip it, never overlap.
+                    self.health.skipped += 1
+                    next_tick += interval
+            except asyncio.CancelledError:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                raise
+            if task.result():
+                failures = 0
+                wake_at = next_tick
+            else:
+                failures += 1
+                wake_at = started + self._backoff(failures)
+            await asyncio.sleep(max(0.0, wake_at - self._monotonic()))
+
+    def _backoff(self, failures: int) -> float:
+        # Doubling from 1 s, capped at the interval so recovery is noticed within one interval;
+        # jitter keeps replicas from retrying in lock step.
+        cap = self.settings.collect.interval
+        delay = min(cap, BACKOFF_FIRST * 2 ** (failures - 1))
+        return delay * self._rng.uniform(0.5, 1.0)
+
+    async def collect_once(self) -> bool:
+        """Run one collection; True on success. Never raises (except cancellation)."""
+        started = self._monotonic()
+        health = self.health
+        health.collections += 1
+        self._cycle += 1
+        try:
+            async with asyncio.timeout(self.settings.collect.timeout):
+                await self._collect()
+        except DatabaseError as exc:
+            self._failed(exc.reason, str(exc))
+        except TimeoutError:
+            self._failed(
+                "timeout", f"collection exceeded collect.timeout={self.settings.collect.timeout}s"
+            )
+        except Exception as exc:
+            log.exception("collection failed unexpectedly")
+            self._failed("internal", f"{type(exc).__name__}: {exc}")
+        else:
+            if not health.up:
+                log.info("collection succeeded", extra={"fields": {"tracked_jobs": self.tracker.tracked}})
+            health.up = True
+            health.last_error = None
+            health.last_success_monotonic = self._monotonic()
+        finally:
+            health.collection_duration = self._monotonic() - started
+            self.generation += 1
+            async with self._finished:
+                self._finished.notify_all()
+        return health.up
+
+    async def _collect(self) -> None:
+        collect = self.settings.collect
+        if self._indexes_checked_at is None or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY:
+            await self._check_indexes()
+        baseline = not self.tracker.started
+        check_ids = None
+        if not baseline and self._cycle % PURGE_CHECK_EVERY == 0:
+            check_ids = self.tracker.active_ids_not_in_window() or None
+        reading = await self.database.read(
+            since=None if baseline else self.tracker.since(),
+            stuck_threshold=collect.stuck_threshold,
+            done_count=collect.done_count,
+            check_ids=check_ids,
+        )
+        now = reading.snapshot.taken_at
+        if baseline:
+            self.tracker.baseline(now, reading.active or [], reading.changed)
+            log.info(
+                "baseline taken; counting transitions from now on",
+                extra={"fields": {"active_jobs": len(reading.active or [])}},
+            )
+        else:
+            if check_ids and reading.existing is not None:
+                changed = {row.job_id for row in reading.changed}
+                purged = [i for i in check_ids if i not in reading.existing and i not in changed]
+                self.tracker.forget(purged)
+            self.tracker.apply(now, reading.changed)
+        for job_type in [*reading.snapshot.active, *reading.snapshot.dead]:
+            self.labels.label(job_type)
+        self.snapshot = reading.snapshot
+        self.health.query_durations = reading.durations
+        self.health.last_success_at = now
+
+    async def _check_indexes(self) -> None:
+        missing = await self.database.missing_indexes()
+        self.health.missing_indexes = {name: int(name in missing) for name in REQUIRED_INDEXES}
+        self._indexes_checked_at = self._cycle
+        for name in missing:
+            log.warning(
+                "index missing: per-cycle queries will scan the table; create it from the shipped file",
+                extra={"fields": {"index": name, "file": INDEX_FILE}},
+            )
+
+    def _failed(self, reason: str, message: str) -> None:
+        health = self.health
+        if health.up or health.last_error != message:
+            log.warning("collection failed", extra={"fields": {"reason": reason, "error": message}})
+        health.up = False
+        health.errors[reason] += 1
+        health.last_error = message
+
+    async def wait_for_collections(self, count: int, timeout: float = 30.0) -> None:
+        """Wait until at least ``count`` collections have finished (tests use this)."""
+        async with asyncio.timeout(timeout), self._finished:
+            await self._finished.wait_for(lambda: self.generation >= count)
+
+    async def wait_for_success(self, timeout: float = 30.0) -> None:
+        """Wait for the next successful collection."""
+        target = self.generation
+        async with asyncio.timeout(timeout), self._finished:
+            await self._finished.wait_for(lambda: self.generation > target and self.health.up)

@@ -1,0 +1,69 @@
+-- The exporter's per-cycle queries, one named block each (loaded by exporter/db.py).
+-- {table} is replaced by the configured, quoted table name. Every time is the database's
+-- (now() = the start of the collection's read-only transaction), returned as Unix seconds.
+
+-- name: now
+SELECT extract(epoch FROM now())::float8;
+
+-- name: snapshot
+-- Active rows only, served by job_exporter_active_idx: cost does not grow with history.
+-- $1: stuck threshold in seconds.
+SELECT job_type,
+       count(*) FILTER (WHERE status = 1) AS pending,
+       count(*) FILTER (WHERE status = 2) AS running,
+       count(*) FILTER (WHERE status = 1 AND run_after > now()) AS scheduled,
+       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 1)), 0)::float8
+           AS oldest_pending_age,
+       coalesce(extract(epoch FROM now() - min(run_after)
+                FILTER (WHERE status = 1 AND run_after <= now())), 0)::float8 AS oldest_ready_wait,
+       count(*) FILTER (WHERE status = 2 AND lease_until < now()) AS stuck_lease_expired,
+       count(*) FILTER (WHERE status = 2 AND (lease_until IS NULL OR lease_until >= now())
+                        AND run_started_at < now() - make_interval(secs => $1)) AS stuck_overrun,
+       coalesce(extract(epoch FROM now() - min(lease_until)
+                FILTER (WHERE status = 2 AND lease_until < now())), 0)::float8 AS lease_expired_oldest,
+       coalesce(extract(epoch FROM now() - min(run_started_at) FILTER (WHERE status = 2)), 0)::float8
+           AS running_oldest
+FROM {table}
+WHERE status IN (1, 2)
+GROUP BY job_type;
+
+-- name: dead
+-- Served by the partial job_exporter_dead_idx (index-only).
+SELECT job_type, count(*) AS jobs FROM {table} WHERE status = 4 GROUP BY job_type;
+
+-- name: done
+-- Only with collect.done_count: this reads every DONE row, so its cost grows with history.
+SELECT job_type, count(*) AS jobs FROM {table} WHERE status = 3 GROUP BY job_type;
+
+-- name: changes
+-- Rows changed since the last cycle minus the commit-lag tolerance, via job_exporter_updated_at_idx.
+-- $1: lower bound (exclusive) as Unix seconds. result is only needed (and only read) for DONE rows.
+SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
+       CASE WHEN status = 3 THEN result::text END AS result,
+       extract(epoch FROM run_after)::float8 AS run_after,
+       extract(epoch FROM run_started_at)::float8 AS run_started_at,
+       extract(epoch FROM created_at)::float8 AS created_at,
+       extract(epoch FROM updated_at)::float8 AS updated_at
+FROM {table}
+WHERE updated_at > to_timestamp($1::float8);
+
+-- name: active
+-- The baseline: every job that can still change, read once at the first collection.
+SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
+       NULL::text AS result,
+       extract(epoch FROM run_after)::float8 AS run_after,
+       extract(epoch FROM run_started_at)::float8 AS run_started_at,
+       extract(epoch FROM created_at)::float8 AS created_at,
+       extract(epoch FROM updated_at)::float8 AS updated_at
+FROM {table}
+WHERE status IN (1, 2);
+
+-- name: existing
+-- Which of the given jobs still exist (primary key lookups); the rest were purged.
+SELECT job_id::text AS job_id FROM {table} WHERE job_id = ANY($1::uuid[]);
+
+-- name: indexes
+-- Names of the indexes on the table; NULL table means the table does not exist.
+SELECT to_regclass($1) IS NOT NULL AS table_exists,
+       coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                      WHERE i.indrelid = to_regclass($1)), '{}') AS names;

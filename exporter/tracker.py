@@ -1,0 +1,238 @@
+"""Pure logic that turns changed rows into exact transition counts; no I/O.
+
+The queue keeps no event log, only each job's current row. Every transition sets
+``updated_at = now()``, so each cycle reads the rows whose ``updated_at`` is newer than the
+previous cycle's database time minus a commit-lag tolerance (``now()`` is the transaction's
+start, so a change can become visible seconds after its timestamp). Re-read rows are
+recognised by comparing with the last state the tracker saw of the same job, and the number
+of attempts tells how many attempts ended in between, however many transitions happened
+between two cycles. See docs/exactness.md for the argument and its limits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
+from exporter.results import ResultPaths, classify, decode_result, split_error
+
+
+@dataclass(frozen=True)
+class Seen:
+    """The last state of one job that a collection read."""
+
+    status: int
+    attempts: int
+    max_attempts: int
+    last_error: str | None
+    run_started_at: float | None
+    updated_at: float
+
+    @classmethod
+    def of(cls, row: JobRow) -> Seen:
+        """The part of a row the tracker remembers."""
+        return cls(
+            row.status,
+            row.attempts,
+            row.max_attempts,
+            row.last_error,
+            row.run_started_at,
+            row.updated_at,
+        )
+
+
+# A freshly inserted or requeued job: pending, no attempt made, no error.
+_FRESH = Seen(PENDING, 0, 0, None, None, 0.0)
+
+
+@dataclass(frozen=True)
+class TrackerOptions:
+    """The settings the tracker needs."""
+
+    commit_lag_tolerance: float
+    deadline_prefix: str = "JobDeadlineExceeded"
+    lease_marker: str = " [lease-expired reclaim]"
+    paths: ResultPaths = ResultPaths()
+
+
+class Tracker:
+    """Follows every job that can still change and counts its transitions exactly once."""
+
+    def __init__(self, options: TrackerOptions, labels: JobTypeLabels, tallies: Tallies) -> None:
+        self.options = options
+        self.labels = labels
+        self.tallies = tallies
+        self._known: dict[str, Seen] = {}
+        self._started_at: float | None = None  # database time of the baseline
+        self._last_at: float | None = None  # database time of the last applied cycle
+
+    @property
+    def started(self) -> bool:
+        """True once a baseline has been taken."""
+        return self._started_at is not None
+
+    @property
+    def tracked(self) -> int:
+        """How many jobs' last state is kept."""
+        return len(self._known)
+
+    def since(self) -> float:
+        """Lower bound (exclusive) of ``updated_at`` for the next change query."""
+        if self._last_at is None:
+            raise RuntimeError("no baseline yet")
+        return self._last_at - self.options.commit_lag_tolerance
+
+    def baseline(self, now: float, active: list[JobRow], changed: list[JobRow]) -> None:
+        """Remember the state at the first successful collection; nothing before it counts."""
+        self._known = {}
+        for row in [*active, *changed]:
+            self._known[row.job_id] = Seen.of(row)
+            self.labels.label(row.job_type)
+        self._started_at = now
+        self._last_at = now
+        self._forget_settled(now)
+
+    def apply(self, now: float, changed: list[JobRow]) -> None:
+        """Count the transitions that ``changed`` (rows newer than ``since()``) reveal."""
+        if self._started_at is None or self._last_at is None:
+            raise RuntimeError("apply() before baseline()")
+        window_start = self._last_at - self.options.commit_lag_tolerance
+        for row in changed:
+            self._apply_row(row, window_start)
+        self._last_at = now
+        self._forget_settled(now)
+
+    def active_ids_not_in_window(self) -> list[str]:
+        """Active jobs the change query no longer re-reads: checked now and then for deletion."""
+        window_start = self.since()
+        return [
+            job_id
+            for job_id, seen in self._known.items()
+            if seen.status in (PENDING, RUNNING) and seen.updated_at <= window_start
+        ]
+
+    def forget(self, job_ids: list[str]) -> None:
+        """Drop jobs that no longer exist (purged rows), so memory stays bounded."""
+        for job_id in job_ids:
+            self._known.pop(job_id, None)
+
+    def _apply_row(self, row: JobRow, window_start: float) -> None:
+        assert self._started_at is not None
+        known = self._known.get(row.job_id)
+        if known == Seen.of(row):
+            return  # re-read inside the tolerance window: already counted
+        self._known[row.job_id] = Seen.of(row)
+        if row.updated_at <= self._started_at:
+            return  # changed before the baseline: history, not a transition we saw
+        label = self.labels.label(row.job_type)
+        tallies = self.tallies
+        if known is None:
+            if row.created_at > window_start:
+                # Inserted since the last cycle (or just before the baseline, then not counted).
+                if row.created_at > self._started_at:
+                    tallies.enqueued[label] += 1
+            else:
+                # Unknown yet old: at the last cycle it was neither active nor recently changed,
+                # so it was DEAD (DONE never changes again). It has been requeued since.
+                tallies.requeued[label] += 1
+            previous = _FRESH
+        elif known.status == DEAD or known.status == DONE:
+            if known.status == DONE:
+                return  # DONE is terminal in the queue; a changed DONE row is not ours to count
+            tallies.requeued[label] += 1
+            previous = _FRESH
+        elif _requeued_meanwhile(known, row):
+            # The job died and was requeued between two cycles: its attempts went down, or a new
+            # attempt started without the count going up. The attempts it had left all failed.
+            lost = known.max_attempts - known.attempts + (1 if known.status == RUNNING else 0)
+            reason = self._reason_of_unseen(row, known)
+            if lost > 0:
+                tallies.failures[(label, reason)] += lost
+            tallies.dead[(label, reason)] += 1
+            tallies.requeued[label] += 1
+            previous = _FRESH
+        else:
+            previous = known
+        self._count_since(previous, row, label)
+
+    def _count_since(self, previous: Seen, row: JobRow, label: str) -> None:
+        """Count attempts that ended between ``previous`` and ``row`` (no requeue in between)."""
+        ended = (
+            row.attempts
+            - previous.attempts
+            + (1 if previous.status == RUNNING else 0)
+            - (1 if row.status == RUNNING else 0)
+        )
+        completed = 1 if row.status == DONE else 0
+        failures = max(0, ended - completed)
+        if failures:
+            self._count_failures(row, previous, label, failures)
+        if row.status == DEAD:
+            self.tallies.dead[(label, self._latest_reason(row))] += 1
+        if completed:
+            self._count_completion(row, label)
+
+    def _count_failures(self, row: JobRow, previous: Seen, label: str, failures: int) -> None:
+        # The newest failures are the reclaims recorded as markers at the end of last_error;
+        # the one before them set the message. Older failures in the same interval had their
+        # message overwritten before any cycle read it: they are given the reason of the
+        # message that replaced them (a job that fails twice usually fails the same way).
+        error = split_error(row.last_error, self.options.lease_marker)
+        reclaims = min(failures, error.reclaims)
+        if reclaims:
+            self.tallies.failures[(label, "lease_expired")] += reclaims
+        rest = failures - reclaims
+        if rest:
+            reason = self._reason_of_unseen(row, previous)
+            self.tallies.failures[(label, reason)] += rest
+
+    def _reason_of_unseen(self, row: JobRow, previous: Seen) -> str:
+        for text in (row.last_error, previous.last_error):
+            base = split_error(text, self.options.lease_marker).base
+            if base:
+                return classify(base, self.options.deadline_prefix)
+        return "error"
+
+    def _latest_reason(self, row: JobRow) -> str:
+        error = split_error(row.last_error, self.options.lease_marker)
+        if error.reclaims:
+            return "lease_expired"
+        return classify(error.base, self.options.deadline_prefix)
+
+    def _count_completion(self, row: JobRow, label: str) -> None:
+        tallies = self.tallies
+        tallies.completed[label] += 1
+        outcome = decode_result(row.result, self.options.paths)
+        for field_name in outcome.malformed:
+            tallies.malformed[field_name] += 1
+        for component, usd in outcome.cost.items():
+            tallies.add_cost(label, component, usd)
+        started = row.run_started_at if row.run_started_at is not None else row.run_after
+        tallies.observe(
+            label,
+            outcome.duration_seconds,
+            wait=max(0.0, started - row.run_after),
+            latency=max(0.0, row.updated_at - row.created_at),
+        )
+
+    def _forget_settled(self, now: float) -> None:
+        # Finished rows are kept only while the next change query can still re-read them.
+        horizon = now - self.options.commit_lag_tolerance
+        settled = [
+            job_id
+            for job_id, seen in self._known.items()
+            if seen.status in (DONE, DEAD) and seen.updated_at <= horizon
+        ]
+        for job_id in settled:
+            del self._known[job_id]
+
+
+def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:
+    if row.attempts < known.attempts:
+        return True
+    return (
+        row.attempts == known.attempts
+        and row.run_started_at is not None
+        and known.run_started_at is not None
+        and row.run_started_at != known.run_started_at
+    )
