@@ -55,11 +55,8 @@ class _Exposition:
 
 def create_app(settings: Settings, poller: Poller, registry: CollectorRegistry) -> web.Application:
     """The aiohttp application with every route; no start-up work."""
-    from exporter import webconfig
-
-    holder = webconfig.WebConfigHolder(settings.web.config_file) if settings.web.config_file else None
-    middlewares = webconfig.middlewares(holder)
-    app = web.Application(middlewares=middlewares, client_max_size=1024)
+    holder = None  # TODO(webconfig): wire in the web-config watcher and middlewares
+    app = web.Application(client_max_size=1024)
     app[POLLER_KEY] = poller
     app[SETTINGS_KEY] = settings
     exposition = _Exposition(poller, registry)
@@ -83,7 +80,6 @@ def create_app(settings: Settings, poller: Poller, registry: CollectorRegistry) 
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/", landing)
-    app["web_config_holder"] = holder
     return app
 
 
@@ -143,15 +139,10 @@ class Exporter:
 
     async def start(self) -> None:
         """Bind the HTTP server, then start collecting in the background."""
-        from exporter import webconfig
-
         host, port = parse_listen_address(self.settings.web.listen_address)
-        self._runner = web.AppRunner(self.app, handle_signals=False, **webconfig.server_limits())
+        self._runner = web.AppRunner(self.app, handle_signals=False)
         await self._runner.setup()
-        holder = self.app["web_config_holder"]
-        site = web.TCPSite(
-            self._runner, host=host, port=port, ssl_context=webconfig.ssl_context(holder)
-        )
+        site = web.TCPSite(self._runner, host=host, port=port)
         await site.start()
         sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1] if sockets else port

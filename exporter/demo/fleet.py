@@ -1,0 +1,545 @@
+"""A simulated fleet of workers on the job queue, and the ground-truth tally of what it did.
+
+The fleet enqueues, claims, renews, completes, fails, dies, reaps and requeues jobs like a
+real deployment; every committed transition goes into a :class:`Tally`, from which tests
+learn exactly what the exporter should have counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import random
+import uuid
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from exporter.demo.queue import (
+    DEAD,
+    DEADLINE_ERROR,
+    LEASE_EXPIRED_MARKER,
+    JobQueue,
+    Transition,
+)
+
+log = logging.getLogger(__name__)
+
+ORDINARY_ERRORS = (
+    "TimeoutError: upstream did not answer in 30s",
+    "ConnectionResetError: proxy closed the connection",
+    "ValueError: price not found on page",
+    "HTTPError: 503 Service Unavailable",
+)
+MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
+_COST_FIELDS = {"ai": "ai_usd", "proxy": "proxy_usd", "total": "total_usd"}
+
+
+def failure_reason(transition: Transition) -> str:
+    """The exporter's reason of a failed attempt: deadline, lease_expired or error."""
+    if transition.kind == "reap":
+        return "lease_expired"
+    if (transition.last_error or "").startswith(DEADLINE_ERROR.split(":", 1)[0]):
+        return "deadline"
+    return "error"
+
+
+def _number(value: Any) -> float | None:
+    """A usable metric value: a finite, non-negative JSON number (bools are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
+
+
+def result_fields(result: Any) -> tuple[dict[str, float], set[str]]:
+    """Split a result jsonb into usable fields and malformed ones, the way the exporter reads it.
+
+    Usable keys: duration_ms, ai_usd, proxy_usd, total_usd. A result that is not an object
+    is malformed as a whole (field ``result``) and yields nothing else.
+    """
+    if not isinstance(result, dict):
+        return {}, {"result"}
+    metrics = result.get("metrics")
+    metrics = metrics if isinstance(metrics, dict) else {}
+    cost = metrics.get("cost")
+    cost = cost if isinstance(cost, dict) else {}
+    raw = {"duration_ms": metrics.get("duration_ms")}
+    raw.update({name: cost.get(name) for name in _COST_FIELDS.values()})
+    good: dict[str, float] = {}
+    bad: set[str] = set()
+    for name, value in raw.items():
+        number = _number(value)
+        if number is None:
+            bad.add(name)
+        else:
+            good[name] = number
+    return good, bad
+
+
+def cost_components(fields: dict[str, float]) -> dict[str, float]:
+    """Cost by component; other = total - ai - proxy (missing parts count 0) when positive."""
+    out = {c: fields[f] for c, f in _COST_FIELDS.items() if c != "total" and f in fields}
+    if "total_usd" in fields:
+        other = fields["total_usd"] - out.get("ai", 0.0) - out.get("proxy", 0.0)
+        if other > 0:
+            out["other"] = other
+    return out
+
+
+@dataclass
+class Tally:
+    """Ground truth of every transition the fleet (and its hazard helpers) committed."""
+
+    transitions: list[Transition] = field(default_factory=list)
+    enqueued: Counter[int] = field(default_factory=Counter)
+    duplicates: Counter[int] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
+    claimed: Counter[int] = field(default_factory=Counter)
+    completed: Counter[int] = field(default_factory=Counter)
+    failures: Counter[tuple[int, str]] = field(default_factory=Counter)
+    dead: Counter[tuple[int, str]] = field(default_factory=Counter)
+    requeued: Counter[int] = field(default_factory=Counter)
+    cost: defaultdict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
+    malformed: Counter[str] = field(default_factory=Counter)
+    duration_seconds: defaultdict[int, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    wait_seconds: defaultdict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    latency_seconds: defaultdict[int, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    @classmethod
+    def from_transitions(cls, transitions: Iterable[Transition]) -> Tally:
+        """Rebuild a tally from a list of transitions."""
+        tally = cls()
+        for transition in transitions:
+            tally.record(transition)
+        return tally
+
+    def record(self, t: Transition) -> None:
+        """Account for one committed transition."""
+        self.transitions.append(t)
+        jt = t.job_type
+        if t.kind == "enqueue":
+            self.enqueued[jt] += 1
+        elif t.kind == "claim":
+            self.claimed[jt] += 1
+        elif t.kind == "requeue":
+            self.requeued[jt] += 1
+        elif t.kind in ("fail", "reap"):
+            reason = failure_reason(t)
+            self.failures[jt, reason] += 1
+            if t.status == DEAD:
+                self.dead[jt, reason] += 1
+        elif t.kind == "complete":
+            self.completed[jt] += 1
+            good, bad = result_fields(t.result)
+            self.malformed.update(bad)
+            for component, usd in cost_components(good).items():
+                self.cost[jt, component] += usd
+            if "duration_ms" in good:
+                self.duration_seconds[jt].append(good["duration_ms"] / 1000)
+            if t.run_started_at is not None:
+                self.wait_seconds[jt].append((t.run_started_at - t.run_after).total_seconds())
+            self.latency_seconds[jt].append((t.updated_at - t.created_at).total_seconds())
+
+    def snapshot(self) -> Tally:
+        """An independent copy, to compare with later (see :meth:`since`)."""
+        copy = Tally.from_transitions(self.transitions)
+        copy.duplicates = Counter(self.duplicates)
+        return copy
+
+    def since(self, earlier: Tally) -> Tally:
+        """The transitions recorded after ``earlier`` was snapshotted from this tally."""
+        later = Tally.from_transitions(self.transitions[len(earlier.transitions) :])
+        later.duplicates = self.duplicates - earlier.duplicates
+        return later
+
+    def last_by_job(self) -> dict[uuid.UUID, Transition]:
+        """The latest transition of each job: what its row must look like now."""
+        return {t.job_id: t for t in self.transitions}
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """How the simulated fleet behaves; the defaults make a lively demo at human speed."""
+
+    seed: int = 1
+    workers: int = 16
+    enqueue_rate: float = 2.0  # jobs per second (on average; the demo swings it slowly)
+    rate_swing: float = 0.5  # relative amplitude of the slow swing of the enqueue rate
+    rate_period: float = 300.0
+    job_types: int = 5
+    duration: tuple[float, float] = (1.0, 10.0)
+    lease_seconds: float = 30.0
+    backoff_base: float = 5.0
+    poll_interval: float = 0.5  # idle worker's wait before trying to claim again
+    reap_interval: float = 10.0
+    operator_interval: float = 15.0
+    p_error: float = 0.08
+    p_deadline: float = 0.04
+    p_worker_death: float = 0.02
+    p_requeue: float = 0.3
+    p_duplicate: float = 0.05
+    p_malformed: float = 0.02
+    max_attempts: tuple[int, int] = (1, 3)
+    error_pause: float = 1.0  # wait after a database error before the next try
+
+    @classmethod
+    def fast(cls, **overrides: Any) -> FleetConfig:
+        """A configuration for tests: many short jobs, one-second leases, tiny backoff."""
+        values: dict[str, Any] = dict(
+            workers=8, enqueue_rate=60.0, rate_swing=0.0, duration=(0.01, 0.2),
+            lease_seconds=1.0, backoff_base=0.05, poll_interval=0.02, reap_interval=0.2,
+            operator_interval=0.3, p_error=0.15, p_deadline=0.1, p_worker_death=0.05,
+            p_requeue=0.5, p_duplicate=0.1, p_malformed=0.1, error_pause=0.1,
+        )  # fmt: skip
+        values.update(overrides)
+        return cls(**values)
+
+
+class Fleet:
+    """Workers, an enqueuer, a reaper and an operator running against one database."""
+
+    def __init__(
+        self, dsn: str, config: FleetConfig | None = None, tally: Tally | None = None
+    ) -> None:
+        self.dsn = dsn
+        self.config = config or FleetConfig()
+        self.tally = tally if tally is not None else Tally()
+        self.errors = 0  # database errors; the tally is exact only while this stays 0
+        self._rng = random.Random(self.config.seed)
+        self._pool: asyncpg.Pool | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._gate = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._inflight = 0
+        self._reserved: set[uuid.UUID] = set()  # jobs driven by hazard helpers only
+        self._serial = 0
+        self._recent_keys: list[str] = []
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Open the connection pool (hazard helpers work without starting the fleet)."""
+        if self._pool is None:
+            size = self.config.workers + 4
+            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=size)
+
+    async def start(self) -> None:
+        """Start every simulated process."""
+        await self.open()
+        self._gate.set()
+        if self._tasks:
+            return
+        coroutines = [self._worker(i) for i in range(self.config.workers)]
+        coroutines += [self._enqueuer(), self._reaper(), self._operator()]
+        self._tasks = [asyncio.create_task(c) for c in coroutines]
+
+    async def pause(self) -> None:
+        """Hold every process and return once no transaction of the fleet is in flight."""
+        self._gate.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        """Let the processes go on after :meth:`pause`."""
+        self._gate.set()
+
+    async def stop(self) -> None:
+        """Quiesce, cancel every process and close the pool; the tally stays readable."""
+        await self.pause()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def __aenter__(self) -> Fleet:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[JobQueue]:
+        """Wait for the gate, then lend a queue on a pooled connection, counted as in flight."""
+        while not self._gate.is_set():
+            await self._gate.wait()
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            async with self._connection() as conn:
+                yield JobQueue(conn, backoff_base=self.config.backoff_base)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0:
+                self._idle.set()
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection (hazard helpers use it directly, outside the gate)."""
+        if self._pool is None:
+            raise RuntimeError("the fleet is not open")
+        async with self._pool.acquire() as conn:
+            yield conn
+
+    def _record(self, transitions: Iterable[Transition | None]) -> None:
+        for transition in transitions:
+            if transition is not None:
+                self.tally.record(transition)
+
+    async def _guarded(self, loop_body: Any) -> None:
+        """Run a process body forever; a database error costs a pause, not the process."""
+        while True:
+            try:
+                await loop_body()
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+                self.errors += 1
+                log.warning("fleet: database error: %s", exc)
+                await asyncio.sleep(self.config.error_pause)
+
+    # -- the simulated processes -------------------------------------------------------
+
+    async def _enqueuer(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+
+        async def body() -> None:
+            phase = 2 * math.pi * (loop.time() - started) / cfg.rate_period
+            rate = max(0.05, cfg.enqueue_rate * (1 + cfg.rate_swing * math.sin(phase)))
+            await asyncio.sleep(self._rng.expovariate(rate))
+            job_type = self._rng.randint(1, cfg.job_types)
+            duplicate = bool(self._recent_keys) and self._rng.random() < cfg.p_duplicate
+            if duplicate:
+                key = self._rng.choice(self._recent_keys)
+                job_type = int(key.split(":", 1)[0])
+            else:
+                self._serial += 1
+                key = f"{job_type}:{self._serial}"
+                self._recent_keys = [*self._recent_keys[-49:], key]
+            payload = {"product_code": f"P{self._rng.randint(1000, 9999)}", "product_name": "demo"}
+            attempts = self._rng.randint(*cfg.max_attempts)
+            async with self._transaction() as queue:
+                done = await queue.enqueue(job_type, payload, dedupe_key=key, max_attempts=attempts)
+                if done is None:
+                    self.tally.duplicates[job_type] += 1
+                self._record([done])
+
+        await self._guarded(body)
+
+    async def _worker(self, index: int) -> None:
+        cfg = self.config
+        generation = 0
+
+        async def body() -> None:
+            nonlocal generation
+            worker_id = f"worker-{index}.{generation}"
+            async with self._transaction() as queue:
+                job = await queue.claim(worker_id, cfg.lease_seconds, exclude=self._reserved)
+                self._record([job])
+            if job is None:
+                await asyncio.sleep(cfg.poll_interval)
+                return
+            fate = self._rng.random()
+            if fate < cfg.p_worker_death:
+                generation += 1  # the process died; its successor has a new id
+                return
+            duration = self._rng.uniform(*cfg.duration)
+            if not await self._run(job, worker_id, duration):
+                return
+            fate -= cfg.p_worker_death
+            async with self._transaction() as queue:
+                if fate < cfg.p_deadline:
+                    done = await queue.fail(job.job_id, worker_id, DEADLINE_ERROR)
+                elif fate < cfg.p_deadline + cfg.p_error:
+                    done = await queue.fail(
+                        job.job_id, worker_id, self._rng.choice(ORDINARY_ERRORS)
+                    )
+                else:
+                    done = await queue.complete(job.job_id, worker_id, self._result(duration))
+                self._record([done])
+
+        await self._guarded(body)
+
+    async def _run(self, job: Transition, worker_id: str, duration: float) -> bool:
+        """Simulate the work, renewing the lease; False when the job was taken away meanwhile."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + duration
+        every = self.config.lease_seconds / 3
+        while (left := deadline - loop.time()) > 0:
+            await asyncio.sleep(min(every, left))
+            if deadline - loop.time() > 0:
+                async with self._transaction() as queue:
+                    renewed = await queue.renew(job.job_id, worker_id, self.config.lease_seconds)
+                    self._record([renewed])
+                if renewed is None:
+                    return False
+        return True
+
+    def _result(self, duration: float) -> Any:
+        """A completed job's result jsonb, sometimes malformed on purpose."""
+        ai = round(self._rng.uniform(0.001, 0.05), 4)
+        proxy = round(self._rng.uniform(0.0, 0.01), 4)
+        other = round(self._rng.choice((0.0, self._rng.uniform(0.0, 0.005))), 4)
+        cost: dict[str, Any] = {
+            "ai_usd": ai,
+            "proxy_usd": proxy,
+            "total_usd": round(ai + proxy + other, 4),
+        }
+        metrics: dict[str, Any] = {"duration_ms": int(duration * 1000), "cost": cost}
+        result: dict[str, Any] = {
+            "outcome": self._rng.choice(("found", "found", "found", "not_found", "blocked")),
+            "lowest": {"price": self._rng.randint(1000, 99999)},
+            "metrics": metrics,
+        }
+        if self._rng.random() >= self.config.p_malformed:
+            return result
+        kind = self._rng.choice(MALFORMED_KINDS)
+        if kind == "missing_cost":
+            del metrics["cost"]
+        elif kind == "string_value":
+            cost["ai_usd"] = str(ai)
+        elif kind == "negative":
+            cost["proxy_usd"] = -proxy - 0.001
+        elif kind == "nan_string":
+            cost["total_usd"] = "NaN"
+        elif kind == "bool":
+            metrics["duration_ms"] = True
+        else:
+            return [result["outcome"], ai]
+        return result
+
+    async def _reaper(self) -> None:
+        async def body() -> None:
+            await asyncio.sleep(self.config.reap_interval)
+            async with self._transaction() as queue:
+                self._record(await queue.reap(exclude=self._reserved))
+
+        await self._guarded(body)
+
+    async def _operator(self) -> None:
+        seen: set[tuple[uuid.UUID, Any]] = set()
+
+        async def body() -> None:
+            await asyncio.sleep(self.config.operator_interval)
+            async with self._transaction() as queue:
+                rows = await queue.conn.fetch(
+                    "SELECT job_id, updated_at FROM job WHERE status = 4"
+                    " AND NOT (job_id = ANY($1::uuid[])) ORDER BY updated_at DESC LIMIT 50",
+                    list(self._reserved),
+                )
+            for row in rows:
+                # Each death is considered once, as an operator would look at it once.
+                if (row["job_id"], row["updated_at"]) in seen:
+                    continue
+                seen.add((row["job_id"], row["updated_at"]))
+                if self._rng.random() < self.config.p_requeue:
+                    async with self._transaction() as queue:
+                        self._record([await queue.requeue(row["job_id"])])
+
+        await self._guarded(body)
+
+    # -- hazards for tests -------------------------------------------------------------
+
+    async def _reserved_job(self, queue: JobQueue, job_type: int, max_attempts: int) -> Transition:
+        """Enqueue a job that the fleet's own processes will leave alone."""
+        job_id = uuid.uuid4()
+        self._reserved.add(job_id)
+        job = await queue.enqueue(
+            job_type, {"hazard": True}, max_attempts=max_attempts, job_id=job_id
+        )
+        assert job is not None  # no dedupe_key, so it cannot be skipped
+        self._record([job])
+        return job
+
+    async def commit_late(
+        self,
+        delay_s: float,
+        *,
+        job_type: int = 1,
+        action: str = "complete",
+        executed: asyncio.Event | None = None,
+    ) -> Transition:
+        """Make one transition whose transaction sleeps ``delay_s`` before COMMIT.
+
+        ``action`` is ``enqueue``, ``complete`` or ``fail`` (a job with max_attempts 1, so it
+        dies). ``updated_at = now()`` is the transaction's start, so the row becomes visible
+        seconds after the time it claims; ``executed`` is set once the statement ran.
+        """
+        async with self._connection() as conn:
+            queue = JobQueue(conn, backoff_base=0.0)
+            job: Transition | None = None
+            if action != "enqueue":
+                job = await self._reserved_job(queue, job_type, max_attempts=1)
+                claimed = await queue.claim("late-worker", 60.0, job_id=job.job_id)
+                self._record([claimed])
+            async with conn.transaction():
+                if action == "enqueue":
+                    done = await queue.enqueue(job_type, {"hazard": "late"}, max_attempts=1)
+                elif action == "complete" and job is not None:
+                    done = await queue.complete(job.job_id, "late-worker", self._result(0.5))
+                elif action == "fail" and job is not None:
+                    done = await queue.fail(job.job_id, "late-worker", ORDINARY_ERRORS[0])
+                else:
+                    raise ValueError(f"unknown action {action!r}")
+                if executed is not None:
+                    executed.set()
+                await asyncio.sleep(delay_s)
+            assert done is not None
+            self._record([done])
+            return done
+
+    async def burst(self, job_type: int) -> list[Transition]:
+        """Drive one job through 4 failures (error, lease, deadline, lease) and a completion, fast."""
+        steps: list[Transition] = []
+        async with self._connection() as conn:
+            queue = JobQueue(conn, backoff_base=0.0)
+            job = await self._reserved_job(queue, job_type, max_attempts=5)
+            steps.append(job)
+            for step in ("fail", "die", "deadline", "die", "complete"):
+                worker = f"burst-{step}"
+                lease = 0.0 if step == "die" else 60.0
+                # Backoff and lease are zero, so the next statement's now() is normally past
+                # them already; retry the few times it is not.
+                for _ in range(1000):
+                    if claimed := await queue.claim(worker, lease, job_id=job.job_id):
+                        break
+                steps.append(_must(claimed))
+                if step == "die":
+                    for _ in range(1000):
+                        if reaped := await queue.reap(job_id=job.job_id):
+                            break
+                    steps.append(_must(reaped[0] if reaped else None))
+                elif step == "complete":
+                    steps.append(
+                        _must(await queue.complete(job.job_id, worker, self._result(0.01)))
+                    )
+                else:
+                    error = DEADLINE_ERROR if step == "deadline" else ORDINARY_ERRORS[1]
+                    steps.append(_must(await queue.fail(job.job_id, worker, error)))
+        self._record(steps[1:])  # the enqueue was recorded by _reserved_job
+        return steps
+
+
+def _must(transition: Transition | None) -> Transition:
+    """A transition the hazard helper owns cannot be refused; if it is, say so loudly."""
+    if transition is None:
+        raise RuntimeError("hazard transition refused: the job was taken by someone else")
+    return transition
+
+
+__all__ = ["LEASE_EXPIRED_MARKER", "Fleet", "FleetConfig", "Tally", "failure_reason"]

@@ -1,0 +1,50 @@
+"""Small helpers shared by the tests that run the exporter against a real database."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.config import CollectSettings, DatabaseSettings, Settings, WebSettings
+from exporter.db import Database
+from exporter.metrics import build_registry, render
+from exporter.poller import Poller
+from exporter.app import connect_options
+
+
+def fast_settings(dsn: str, **collect: object) -> Settings:
+    """Settings for a fast exporter on an ephemeral port."""
+    base = CollectSettings(
+        interval=0.2, timeout=3.0, statement_timeout=2.0, lock_timeout=0.5, commit_lag_tolerance=30.0
+    )
+    return Settings(
+        database=DatabaseSettings(dsn=dsn, connect_timeout=2.0),
+        collect=replace(base, **collect),  # type: ignore[arg-type]
+        web=WebSettings(listen_address="127.0.0.1:0"),
+    )
+
+
+def make_poller(settings: Settings) -> Poller:
+    """A poller with its own database pool (close it with ``poller.database.close()``)."""
+    return Poller(settings, Database(connect_options(settings)))
+
+
+def scrape(poller: Poller) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Render the poller's metrics and parse them back: {(sample name, sorted labels): value}."""
+    text = render(build_registry(poller, process_metrics=False)).decode()
+    return parse(text)
+
+
+def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse an exposition with prometheus-client's own parser."""
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """One sample's value; KeyError when absent."""
+    return samples[(name, tuple(sorted(labels.items())))]

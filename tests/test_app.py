@@ -1,0 +1,142 @@
+"""The whole exporter process in-process: HTTP endpoints, outages and recovery, no leaked secrets."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import aiohttp
+import pytest
+
+from exporter.app import Exporter
+from exporter.demo.cluster import Cluster
+from exporter.demo.queue import prepare_database
+from exporter.logs import setup_logging
+from tests.conftest import execute
+from tests.helpers import fast_settings, parse, value
+
+
+class RawRecords(logging.Handler):
+    """Keeps every record's unredacted text, to prove the code never logs a secret at all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage() + " " + repr(getattr(record, "fields", ""))
+        if record.exc_info:
+            text += logging.Formatter().formatException(record.exc_info)
+        self.lines.append(text)
+
+
+@pytest.fixture
+def logs() -> AsyncIterator[tuple[RawRecords, io.StringIO]]:
+    raw = RawRecords()
+    rendered = io.StringIO()
+    setup_logging("debug", "logfmt", [], stream=rendered)
+    logging.getLogger().addHandler(raw)
+    yield raw, rendered
+    logging.getLogger().removeHandler(raw)
+
+
+async def get(port: int, path: str) -> tuple[int, str, float]:
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as r:
+        return r.status, await r.text(), time.perf_counter() - started
+
+
+async def wait_until(predicate: object, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def secret_cluster(fresh_cluster: Cluster) -> tuple[Cluster, str, str]:
+    """A cluster with a queue database and a password-protected, SELECT-only role."""
+    password = "pw-" + uuid.uuid4().hex
+    fresh_cluster.create_database("queue")
+    asyncio.run(prepare_database(fresh_cluster.dsn("queue")))
+    fresh_cluster.create_role("watcher", password)
+    fresh_cluster.psql("GRANT SELECT ON job TO watcher", dbname="queue")
+    return fresh_cluster, fresh_cluster.dsn("queue", user="watcher", password=password), password
+
+
+async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
+    secret_cluster: tuple[Cluster, str, str], logs: tuple[RawRecords, io.StringIO]
+) -> None:
+    cluster, dsn, password = secret_cluster
+    admin = cluster.dsn("queue")
+    await execute(admin, "INSERT INTO job (job_type) VALUES (5)")
+    cluster.stop("fast")
+    settings = fast_settings(dsn, staleness_limit=1.0)
+    exporter = Exporter(settings)
+    await exporter.start()
+    port = exporter.port
+    assert port
+    try:
+        # Down at start: served anyway, fast, with up 0 and not ready.
+        await exporter.poller.wait_for_collections(2)
+        status, body, elapsed = await get(port, "/metrics")
+        assert status == 200 and elapsed < 0.1
+        samples = parse(body)
+        assert value(samples, "jobqueue_up") == 0
+        assert value(samples, "jobqueue_exporter_collection_errors_total", reason="connection") >= 1
+        assert (await get(port, "/readyz"))[0] == 503
+        assert (await get(port, "/healthz"))[0] == 200
+
+        cluster.start()
+        await wait_until(lambda: exporter.poller.health.up)
+        samples = parse((await get(port, "/metrics"))[1])
+        assert value(samples, "jobqueue_up") == 1
+        assert value(samples, "jobqueue_jobs", job_type="5", status="pending") == 1
+        assert (await get(port, "/readyz"))[0] == 200
+
+        # Away mid-run: gauges are withdrawn once stale, self-metrics stay, /metrics stays fast.
+        cluster.stop("immediate")
+        await wait_until(lambda: not exporter.poller.health.up)
+        await wait_until(lambda: not exporter.poller.fresh())
+        status, body, elapsed = await get(port, "/metrics")
+        assert status == 200 and elapsed < 0.1
+        samples = parse(body)
+        assert value(samples, "jobqueue_up") == 0
+        assert not [k for k in samples if k[0] == "jobqueue_jobs"]
+        assert ("jobqueue_exporter_collections_total", ()) in samples
+        assert (await get(port, "/readyz"))[0] == 503
+
+        cluster.start()
+        await wait_until(lambda: exporter.poller.health.up and exporter.poller.fresh())
+        samples = parse((await get(port, "/metrics"))[1])
+        assert value(samples, "jobqueue_up") == 1
+        assert value(samples, "jobqueue_jobs", job_type="5", status="pending") == 1
+    finally:
+        await exporter.stop()
+    raw, rendered = logs
+    assert any("collection failed" in line for line in raw.lines)
+    assert not [line for line in raw.lines if password in line]
+    assert password not in rendered.getvalue()
+
+
+async def test_landing_page_names_the_exporter_and_links_metrics(db_dsn: str) -> None:
+    settings = fast_settings(db_dsn)
+    settings = replace(settings, web=replace(settings.web, telemetry_path="/custom"))
+    exporter = Exporter(settings)
+    await exporter.start()
+    try:
+        assert exporter.port
+        await exporter.poller.wait_for_success()
+        status, body, _ = await get(exporter.port, "/")
+        assert status == 200
+        assert "jobqueue-exporter" in body and 'href="/custom"' in body
+        assert (await get(exporter.port, "/custom"))[0] == 200
+        assert (await get(exporter.port, "/metrics"))[0] == 404
+    finally:
+        await exporter.stop()
