@@ -113,11 +113,13 @@ class Database:
         since: float | None,
         stuck_threshold: float,
         done_count: bool,
+        baseline_window: float = 0.0,
         check_ids: list[str] | None = None,
     ) -> Reading:
         """Run one collection's queries in a REPEATABLE READ, READ ONLY transaction.
 
-        ``since`` None means a baseline: read every active row instead of the changes.
+        ``since`` None means a baseline: every active row, and the rows changed in the last
+        ``baseline_window`` seconds.
         """
         pool = await self._get_pool()
         durations: dict[str, float] = {}
@@ -140,10 +142,10 @@ class Database:
                 dead_rows = await timed("dead")
                 done_rows = await timed("done") if done_count else None
                 if since is None:
-                    # Rows changed before the baseline need not be read: the tracker ignores
-                    # any change stamped at or before it.
+                    # The baseline also keeps the rows changed within the tolerance window
+                    # (jobs that just died among them), so a requeue of one is recognised.
                     active = [_job_row(r) for r in await timed("active")]
-                    changed = []
+                    changed = [_job_row(r) for r in await timed("changes", now - baseline_window)]
                 else:
                     active = None
                     changed = [_job_row(r) for r in await timed("changes", since)]
@@ -212,6 +214,8 @@ def _job_row(r: Any) -> JobRow:
         run_started_at=r["run_started_at"],
         created_at=r["created_at"],
         updated_at=r["updated_at"],
+        wait_seconds=r["wait_seconds"],
+        latency_seconds=r["latency_seconds"],
     )
 
 

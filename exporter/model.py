@@ -29,6 +29,8 @@ class JobRow:
     run_started_at: float | None
     created_at: float
     updated_at: float
+    wait_seconds: float | None = None  # run_started_at - run_after, exact to the microsecond
+    latency_seconds: float | None = None  # updated_at - created_at, likewise
 
 
 @dataclass(frozen=True)

@@ -173,6 +173,7 @@ class Poller:
             since=None if baseline else self.tracker.since(),
             stuck_threshold=collect.stuck_threshold,
             done_count=collect.done_count,
+            baseline_window=collect.commit_lag_tolerance,
             check_ids=check_ids,
         )
         now = reading.snapshot.taken_at

@@ -207,13 +207,14 @@ class Tracker:
             tallies.malformed[field_name] += 1
         for component, usd in outcome.cost.items():
             tallies.add_cost(label, component, usd)
-        started = row.run_started_at if row.run_started_at is not None else row.run_after
-        tallies.observe(
-            label,
-            outcome.duration_seconds,
-            wait=max(0.0, started - row.run_after),
-            latency=max(0.0, row.updated_at - row.created_at),
-        )
+        wait = row.wait_seconds
+        if wait is None:
+            started = row.run_started_at if row.run_started_at is not None else row.run_after
+            wait = started - row.run_after
+        latency = row.latency_seconds
+        if latency is None:
+            latency = row.updated_at - row.created_at
+        tallies.observe(label, outcome.duration_seconds, wait=max(0.0, wait), latency=max(0.0, latency))
 
     def _forget_settled(self, now: float) -> None:
         # Finished rows are kept only while the next change query can still re-read them.

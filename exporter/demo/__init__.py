@@ -1,4 +1,4 @@
-"""A throwaway PostgreSQL cluster and a simulated worker fleet: the demo, and the tests' ground truth."""
+"""A throwaway PostgreSQL cluster and a simulated worker fleet: the demo and the tests' truth."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from exporter.demo.cluster import Cluster, ClusterError
-from exporter.demo.fleet import Fleet, FleetConfig, Tally
+from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue, prepare_database
+from exporter.demo.tally import Tally
 
 __all__ = [
     "Cluster",
@@ -26,14 +27,15 @@ __all__ = [
 async def demo_environment(
     config: FleetConfig | None = None, *, dbname: str = "jobqueue"
 ) -> AsyncIterator[str]:
-    """Start a cluster with a prepared queue database and a busy fleet; yield its DSN; tear all down."""
+    """Run a cluster, a prepared queue database and a busy fleet; yield the DSN; tear all down."""
     cluster = Cluster()
     try:
         await asyncio.to_thread(cluster.start)
         await asyncio.to_thread(cluster.create_database, dbname)
         dsn = cluster.dsn(dbname)
         await prepare_database(dsn)
-        fleet = Fleet(dsn, config or FleetConfig())
+        # Not detailed: the demo may run for days and nobody reads its transition log.
+        fleet = Fleet(dsn, config or FleetConfig(), Tally(detailed=False))
         await fleet.start()
         try:
             yield dsn

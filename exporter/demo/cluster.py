@@ -55,7 +55,7 @@ class ClusterError(Exception):
 
 
 def find_bin_dir(path: str | None = None, roots: Sequence[str] = SEARCH_ROOTS) -> Path:
-    """Return the directory holding initdb, pg_ctl and postgres: PATH first, else the highest version."""
+    """Find the directory with initdb, pg_ctl and postgres: PATH first, else the highest version."""
     first = shutil.which("initdb", path=path if path is not None else os.environ.get("PATH"))
     if first is not None:
         # pg_ctl finds postgres beside itself, so use the real directory, not a symlink farm.
@@ -109,7 +109,7 @@ class Cluster:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Create the cluster on first use, then start the server and wait until it accepts connections."""
+        """Create the cluster on first use, start the server and wait until it accepts clients."""
         if not self._initialized:
             self._initdb()
         if self.is_running():
@@ -123,7 +123,7 @@ class Cluster:
             self._roles_created = True
 
     def stop(self, mode: StopMode = "fast") -> None:
-        """Stop the server: fast (roll back sessions), immediate (crash) or smart (wait for clients)."""
+        """Stop the server: fast (end sessions), immediate (crash), smart (wait for clients)."""
         if not self._initialized or not self.is_running():
             return
         self._server("pg_ctl", "stop", "-w", "-t", "60", "-m", mode, "-D", str(self.data_dir))
@@ -165,14 +165,14 @@ class Cluster:
     def dsn(
         self, dbname: str = "postgres", user: str = "postgres", password: str | None = None
     ) -> str:
-        """A libpq URL for TCP on 127.0.0.1 (trust for postgres, scram-sha-256 for roles with a password)."""
+        """A libpq URL to 127.0.0.1 (trust for postgres, scram for roles with a password)."""
         auth = quote(user, safe="")
         if password is not None:
             auth += ":" + quote(password, safe="")
         return f"postgresql://{auth}@127.0.0.1:{self.port}/{quote(dbname, safe='')}"
 
     def psql(self, sql: str, dbname: str = "postgres", **variables: str) -> str:
-        """Run SQL as postgres through the Unix socket; ``:'name'`` / ``:"name"`` quote variables safely."""
+        """Run SQL as postgres over the socket; ``:'var'`` and ``:"var"`` quote variables safely."""
         args = [str(self.bin_dir / "psql"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"]
         args += ["-h", str(self.socket_dir), "-p", str(self.port), "-U", "postgres", "-d", dbname]
         for name, value in variables.items():
@@ -190,9 +190,9 @@ class Cluster:
     def create_role(
         self, name: str, password: str | None = None, *, grants: Sequence[str] = ()
     ) -> None:
-        """Create a login role: with a password it must authenticate (scram), without one it is trusted.
+        """Create a login role: with a password it must authenticate (scram), else it is trusted.
 
-        ``grants`` are SQL statements run afterwards as postgres, e.g. ``GRANT SELECT ON job TO app``
+        ``grants`` are SQL statements run afterwards as postgres, e.g. ``GRANT pg_monitor TO app``
         (run them in the right database with :meth:`psql` when they name tables).
         """
         if password is None:
@@ -234,12 +234,12 @@ class Cluster:
         self._initialized = True
 
     def _append_as_owner(self, path: Path, text: str) -> None:
-        """Append to a file that initdb created (we are root or its owner, so a plain write works)."""
+        """Append to a file initdb created (we are root or its owner, so a plain write works)."""
         with path.open("a") as handle:
             handle.write(text)
 
     def _server(self, *args: str) -> None:
-        """Run a server binary, raising ClusterError with its output and the log's tail on failure."""
+        """Run a server binary; on failure raise ClusterError with its output and the log's tail."""
         done = self._run_server_binary(list(args))
         if done.returncode != 0:
             raise ClusterError(

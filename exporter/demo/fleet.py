@@ -1,8 +1,8 @@
 """A simulated fleet of workers on the job queue, and the ground-truth tally of what it did.
 
 The fleet enqueues, claims, renews, completes, fails, dies, reaps and requeues jobs like a
-real deployment; every committed transition goes into a :class:`Tally`, from which tests
-learn exactly what the exporter should have counted.
+real deployment; every committed transition goes into a :class:`~exporter.demo.tally.Tally`,
+from which tests learn exactly what the exporter should have counted.
 """
 
 from __future__ import annotations
@@ -13,20 +13,14 @@ import logging
 import math
 import random
 import uuid
-from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
-from exporter.demo.queue import (
-    DEAD,
-    DEADLINE_ERROR,
-    LEASE_EXPIRED_MARKER,
-    JobQueue,
-    Transition,
-)
+from exporter.demo.queue import DEADLINE_ERROR, JobQueue, Transition
+from exporter.demo.tally import Tally, cost_components, failure_reason, result_fields
 
 log = logging.getLogger(__name__)
 
@@ -37,134 +31,6 @@ ORDINARY_ERRORS = (
     "HTTPError: 503 Service Unavailable",
 )
 MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
-_COST_FIELDS = {"ai": "ai_usd", "proxy": "proxy_usd", "total": "total_usd"}
-
-
-def failure_reason(transition: Transition) -> str:
-    """The exporter's reason of a failed attempt: deadline, lease_expired or error."""
-    if transition.kind == "reap":
-        return "lease_expired"
-    if (transition.last_error or "").startswith(DEADLINE_ERROR.split(":", 1)[0]):
-        return "deadline"
-    return "error"
-
-
-def _number(value: Any) -> float | None:
-    """A usable metric value: a finite, non-negative JSON number (bools are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
-
-
-def result_fields(result: Any) -> tuple[dict[str, float], set[str]]:
-    """Split a result jsonb into usable fields and malformed ones, the way the exporter reads it.
-
-    Usable keys: duration_ms, ai_usd, proxy_usd, total_usd. A result that is not an object
-    is malformed as a whole (field ``result``) and yields nothing else.
-    """
-    if not isinstance(result, dict):
-        return {}, {"result"}
-    metrics = result.get("metrics")
-    metrics = metrics if isinstance(metrics, dict) else {}
-    cost = metrics.get("cost")
-    cost = cost if isinstance(cost, dict) else {}
-    raw = {"duration_ms": metrics.get("duration_ms")}
-    raw.update({name: cost.get(name) for name in _COST_FIELDS.values()})
-    good: dict[str, float] = {}
-    bad: set[str] = set()
-    for name, value in raw.items():
-        number = _number(value)
-        if number is None:
-            bad.add(name)
-        else:
-            good[name] = number
-    return good, bad
-
-
-def cost_components(fields: dict[str, float]) -> dict[str, float]:
-    """Cost by component; other = total - ai - proxy (missing parts count 0) when positive."""
-    out = {c: fields[f] for c, f in _COST_FIELDS.items() if c != "total" and f in fields}
-    if "total_usd" in fields:
-        other = fields["total_usd"] - out.get("ai", 0.0) - out.get("proxy", 0.0)
-        if other > 0:
-            out["other"] = other
-    return out
-
-
-@dataclass
-class Tally:
-    """Ground truth of every transition the fleet (and its hazard helpers) committed."""
-
-    transitions: list[Transition] = field(default_factory=list)
-    enqueued: Counter[int] = field(default_factory=Counter)
-    duplicates: Counter[int] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
-    claimed: Counter[int] = field(default_factory=Counter)
-    completed: Counter[int] = field(default_factory=Counter)
-    failures: Counter[tuple[int, str]] = field(default_factory=Counter)
-    dead: Counter[tuple[int, str]] = field(default_factory=Counter)
-    requeued: Counter[int] = field(default_factory=Counter)
-    cost: defaultdict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
-    malformed: Counter[str] = field(default_factory=Counter)
-    duration_seconds: defaultdict[int, list[float]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
-    wait_seconds: defaultdict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
-    latency_seconds: defaultdict[int, list[float]] = field(
-        default_factory=lambda: defaultdict(list)
-    )
-
-    @classmethod
-    def from_transitions(cls, transitions: Iterable[Transition]) -> Tally:
-        """Rebuild a tally from a list of transitions."""
-        tally = cls()
-        for transition in transitions:
-            tally.record(transition)
-        return tally
-
-    def record(self, t: Transition) -> None:
-        """Account for one committed transition."""
-        self.transitions.append(t)
-        jt = t.job_type
-        if t.kind == "enqueue":
-            self.enqueued[jt] += 1
-        elif t.kind == "claim":
-            self.claimed[jt] += 1
-        elif t.kind == "requeue":
-            self.requeued[jt] += 1
-        elif t.kind in ("fail", "reap"):
-            reason = failure_reason(t)
-            self.failures[jt, reason] += 1
-            if t.status == DEAD:
-                self.dead[jt, reason] += 1
-        elif t.kind == "complete":
-            self.completed[jt] += 1
-            good, bad = result_fields(t.result)
-            self.malformed.update(bad)
-            for component, usd in cost_components(good).items():
-                self.cost[jt, component] += usd
-            if "duration_ms" in good:
-                self.duration_seconds[jt].append(good["duration_ms"] / 1000)
-            if t.run_started_at is not None:
-                self.wait_seconds[jt].append((t.run_started_at - t.run_after).total_seconds())
-            self.latency_seconds[jt].append((t.updated_at - t.created_at).total_seconds())
-
-    def snapshot(self) -> Tally:
-        """An independent copy, to compare with later (see :meth:`since`)."""
-        copy = Tally.from_transitions(self.transitions)
-        copy.duplicates = Counter(self.duplicates)
-        return copy
-
-    def since(self, earlier: Tally) -> Tally:
-        """The transitions recorded after ``earlier`` was snapshotted from this tally."""
-        later = Tally.from_transitions(self.transitions[len(earlier.transitions) :])
-        later.duplicates = self.duplicates - earlier.duplicates
-        return later
-
-    def last_by_job(self) -> dict[uuid.UUID, Transition]:
-        """The latest transition of each job: what its row must look like now."""
-        return {t.job_id: t for t in self.transitions}
 
 
 @dataclass(frozen=True)
@@ -183,6 +49,7 @@ class FleetConfig:
     poll_interval: float = 0.5  # idle worker's wait before trying to claim again
     reap_interval: float = 10.0
     operator_interval: float = 15.0
+    requeue_after: float = 0.0  # the operator only requeues jobs dead for at least this long
     p_error: float = 0.08
     p_deadline: float = 0.04
     p_worker_death: float = 0.02
@@ -232,7 +99,10 @@ class Fleet:
         """Open the connection pool (hazard helpers work without starting the fleet)."""
         if self._pool is None:
             size = self.config.workers + 4
-            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=size)
+            # command_timeout: a hung server must cost a logged error, not a frozen fleet.
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=size, command_timeout=30
+            )
 
     async def start(self) -> None:
         """Start every simulated process."""
@@ -301,7 +171,7 @@ class Fleet:
             if transition is not None:
                 self.tally.record(transition)
 
-    async def _guarded(self, loop_body: Any) -> None:
+    async def _guarded(self, loop_body: Callable[[], Awaitable[None]]) -> None:
         """Run a process body forever; a database error costs a pause, not the process."""
         while True:
             try:
@@ -439,8 +309,10 @@ class Fleet:
             async with self._transaction() as queue:
                 rows = await queue.conn.fetch(
                     "SELECT job_id, updated_at FROM job WHERE status = 4"
+                    " AND updated_at < now() - make_interval(secs => $2)"
                     " AND NOT (job_id = ANY($1::uuid[])) ORDER BY updated_at DESC LIMIT 50",
                     list(self._reserved),
+                    self.config.requeue_after,
                 )
             for row in rows:
                 # Each death is considered once, as an operator would look at it once.
@@ -504,7 +376,7 @@ class Fleet:
             return done
 
     async def burst(self, job_type: int) -> list[Transition]:
-        """Drive one job through 4 failures (error, lease, deadline, lease) and a completion, fast."""
+        """Drive one job through 4 failures (error, lease, deadline, lease) and a completion."""
         steps: list[Transition] = []
         async with self._connection() as conn:
             queue = JobQueue(conn, backoff_base=0.0)
@@ -542,4 +414,11 @@ def _must(transition: Transition | None) -> Transition:
     return transition
 
 
-__all__ = ["LEASE_EXPIRED_MARKER", "Fleet", "FleetConfig", "Tally", "failure_reason"]
+__all__ = [
+    "Fleet",
+    "FleetConfig",
+    "Tally",
+    "cost_components",
+    "failure_reason",
+    "result_fields",
+]

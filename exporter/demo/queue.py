@@ -130,7 +130,7 @@ class Transition:
 
 
 class JobQueue:
-    """The queue's transitions on one asyncpg connection (a transaction of the caller's, if open)."""
+    """The queue's transitions on one asyncpg connection (in the caller's transaction, if any)."""
 
     def __init__(self, conn: asyncpg.Connection, *, backoff_base: float = 5.0) -> None:
         self.conn = conn
@@ -213,7 +213,7 @@ def split_sql(text: str) -> list[str]:
 
 
 async def prepare_database(dsn: str, *, exporter_indexes: bool = True) -> None:
-    """Create the queue's table and indexes, and (by default) the exporter's indexes, in a database."""
+    """Create the queue's table and indexes, and by default the exporter's, in a database."""
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(SCHEMA_FILE.read_text())

@@ -43,7 +43,10 @@ SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_er
        extract(epoch FROM run_after)::float8 AS run_after,
        extract(epoch FROM run_started_at)::float8 AS run_started_at,
        extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at
+       extract(epoch FROM updated_at)::float8 AS updated_at,
+       -- Differences taken in SQL keep microsecond precision (epoch floats lose some).
+       extract(epoch FROM run_started_at - run_after)::float8 AS wait_seconds,
+       extract(epoch FROM updated_at - created_at)::float8 AS latency_seconds
 FROM {table}
 WHERE updated_at > to_timestamp($1::float8);
 
@@ -54,7 +57,9 @@ SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_er
        extract(epoch FROM run_after)::float8 AS run_after,
        extract(epoch FROM run_started_at)::float8 AS run_started_at,
        extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at
+       extract(epoch FROM updated_at)::float8 AS updated_at,
+       NULL::float8 AS wait_seconds,
+       NULL::float8 AS latency_seconds
 FROM {table}
 WHERE status IN (1, 2);
 

@@ -1,0 +1,151 @@
+"""Shared fixtures: one PostgreSQL server per session and a fresh queue database per test.
+
+The server is a throwaway :class:`~exporter.demo.cluster.Cluster` (run as the ``postgres``
+user when the suite runs as root), or the server named by ``JOBQUEUE_EXPORTER_TEST_DSN``
+(a URL whose role may create databases). When neither works the suite fails: it never skips.
+
+Fixtures:
+    pg_cluster                  the session's :class:`PgServer` (admin DSN, the Cluster if ours)
+    db_dsn                      DSN of a new database with the queue schema and exporter indexes
+    schema_dsn_without_indexes  the same without the exporter's indexes
+    fresh_cluster               a Cluster of the test's own, to stop/restart freely (always local)
+Helpers: :func:`execute`, :func:`fetch`, :func:`fetchval`, :func:`dsn_with_database`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from exporter.demo.cluster import Cluster, ClusterError
+from exporter.demo.queue import prepare_database
+
+TEST_DSN_VARIABLE = "JOBQUEUE_EXPORTER_TEST_DSN"
+
+
+@dataclass
+class PgServer:
+    """The session's PostgreSQL server: an admin DSN, and the Cluster when the suite started it."""
+
+    admin_dsn: str
+    cluster: Cluster | None
+
+    def dsn(self, dbname: str) -> str:
+        """The admin DSN pointed at another database."""
+        return dsn_with_database(self.admin_dsn, dbname)
+
+
+def dsn_with_database(dsn: str, dbname: str) -> str:
+    """Replace the database of a postgresql:// URL."""
+    parts = urlsplit(dsn)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"{TEST_DSN_VARIABLE} must be a postgresql:// URL")
+    return urlunsplit(parts._replace(path="/" + quote(dbname, safe="")))
+
+
+async def execute(dsn: str, sql: str, *args: Any) -> str:
+    """Run one statement on a short-lived connection and return its status tag."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return str(await conn.execute(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def fetch(dsn: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """Run one query on a short-lived connection and return its rows."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
+
+
+async def fetchval(dsn: str, sql: str, *args: Any) -> Any:
+    """Run one query on a short-lived connection and return the first column of its first row."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(sql, *args)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[PgServer]:
+    """One PostgreSQL server for the whole session; fails loudly when none can be had."""
+    external = os.environ.get(TEST_DSN_VARIABLE)
+    if external:
+        yield PgServer(admin_dsn=external, cluster=None)
+        return
+    try:
+        cluster = Cluster()
+        cluster.start()
+    except ClusterError as exc:
+        pytest.fail(f"no PostgreSQL for the tests: {exc} (or set {TEST_DSN_VARIABLE})")
+    try:
+        yield PgServer(admin_dsn=cluster.dsn(), cluster=cluster)
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+async def _templates(pg_cluster: PgServer) -> AsyncIterator[dict[bool, str]]:
+    """Two template databases (with and without the exporter's indexes), made once per session."""
+    tag = uuid.uuid4().hex[:8]
+    names = {True: f"jqe_template_{tag}", False: f"jqe_template_noidx_{tag}"}
+    try:
+        for with_indexes, name in names.items():
+            await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
+            await prepare_database(pg_cluster.dsn(name), exporter_indexes=with_indexes)
+    except (OSError, asyncpg.PostgresError) as exc:
+        pytest.fail(f"cannot prepare test databases on {pg_cluster.admin_dsn!r}: {exc}")
+    yield names
+    for name in names.values():
+        await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def _database_from(pg_cluster: PgServer, template: str) -> AsyncIterator[str]:
+    name = f"jqe_test_{uuid.uuid4().hex[:12]}"
+    await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    try:
+        yield pg_cluster.dsn(name)
+    finally:
+        # FORCE: a test that leaked a pool must not leak its database too.
+        await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def db_dsn(pg_cluster: PgServer, _templates: dict[bool, str]) -> AsyncIterator[str]:
+    """A new database holding the empty job table, its indexes and the exporter's indexes."""
+    async for dsn in _database_from(pg_cluster, _templates[True]):
+        yield dsn
+
+
+@pytest.fixture
+async def schema_dsn_without_indexes(
+    pg_cluster: PgServer, _templates: dict[bool, str]
+) -> AsyncIterator[str]:
+    """A new database with the job table and the queue's indexes but not the exporter's."""
+    async for dsn in _database_from(pg_cluster, _templates[False]):
+        yield dsn
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[Cluster]:
+    """A started Cluster owned by this test alone (stop, crash or restart it at will)."""
+    try:
+        cluster = Cluster()
+    except ClusterError as exc:
+        pytest.fail(str(exc))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.destroy()

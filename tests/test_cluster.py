@@ -1,0 +1,96 @@
+"""The throwaway PostgreSQL cluster: lifecycle, authentication and running as root."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from exporter.demo.cluster import Cluster, ClusterError, find_bin_dir
+from tests.conftest import execute, fetchval
+
+
+async def test_start_stop_restart_keeps_port_and_data(fresh_cluster: Cluster) -> None:
+    dsn = fresh_cluster.dsn()
+    port = fresh_cluster.port
+    assert fresh_cluster.is_running()
+    await execute(dsn, "CREATE TABLE kept (x int); INSERT INTO kept VALUES (42)")
+
+    fresh_cluster.stop()
+    assert not fresh_cluster.is_running()
+    with pytest.raises(ConnectionRefusedError):
+        await asyncpg.connect(dsn, timeout=5)
+
+    fresh_cluster.start()
+    assert await fetchval(dsn, "SELECT x FROM kept") == 42
+    fresh_cluster.restart()
+    assert fresh_cluster.port == port
+    assert fresh_cluster.dsn() == dsn
+    assert await fetchval(dsn, "SELECT x FROM kept") == 42
+    assert await fetchval(dsn, "SHOW fsync") == "off"
+
+
+async def test_immediate_stop_kills_sessions_and_recovers_committed_data(
+    fresh_cluster: Cluster,
+) -> None:
+    dsn = fresh_cluster.dsn()
+    await execute(dsn, "CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+    conn = await asyncpg.connect(dsn)
+    try:
+        fresh_cluster.stop("immediate")
+        assert not fresh_cluster.is_running()
+        with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError, OSError)):
+            await conn.fetchval("SELECT 1")
+    finally:
+        conn.terminate()
+    fresh_cluster.start()
+    assert await fetchval(dsn, "SELECT count(*) FROM t") == 1
+
+
+async def test_password_role_needs_its_password(fresh_cluster: Cluster) -> None:
+    secret = "s3cr:et/@pw"
+    fresh_cluster.create_role("app", secret, grants=["GRANT pg_read_all_data TO app"])
+    dsn = fresh_cluster.dsn(user="app", password=secret)
+    assert await fetchval(dsn, "SELECT current_user") == "app"
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(fresh_cluster.dsn(user="app", password="wrong"))
+    with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError)):
+        await asyncpg.connect(fresh_cluster.dsn(user="app"))
+
+
+async def test_role_without_password_is_trusted(fresh_cluster: Cluster) -> None:
+    fresh_cluster.create_role("reader")
+    assert await fetchval(fresh_cluster.dsn(user="reader"), "SELECT current_user") == "reader"
+
+
+async def test_server_runs_as_postgres_user_when_root(fresh_cluster: Cluster) -> None:
+    pid = int((fresh_cluster.data_dir / "postmaster.pid").read_text().split()[0])
+    owner = os.stat(f"/proc/{pid}").st_uid
+    expected = pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else os.geteuid()
+    assert owner == expected
+    assert fresh_cluster.data_dir.stat().st_uid == expected
+    assert fresh_cluster.log_file.exists()
+
+
+def test_destroy_removes_everything() -> None:
+    with Cluster() as cluster:
+        base = cluster.base
+        assert cluster.is_running()
+    assert not base.exists()
+
+
+def test_missing_binaries_say_how_to_install(tmp_path: Path) -> None:
+    with pytest.raises(ClusterError, match="apt-get install postgresql"):
+        find_bin_dir(path=str(tmp_path), roots=[str(tmp_path / "nothing" / "*" / "bin")])
+
+
+def test_highest_version_is_preferred(tmp_path: Path) -> None:
+    for version in ("9.6", "13", "15"):
+        bin_dir = tmp_path / version / "bin"
+        bin_dir.mkdir(parents=True)
+        for name in ("initdb", "pg_ctl", "postgres"):
+            (bin_dir / name).touch()
+    assert find_bin_dir(path="", roots=[str(tmp_path / "*" / "bin")]) == tmp_path / "15" / "bin"
