@@ -188,6 +188,10 @@ _SECRET_KEYS = frozenset({"database.dsn"})
 _MAX_LABEL_NAME = 64
 _PG_INT_MIN, _PG_INT_MAX = -(2**31), 2**31 - 1
 
+# Flags whose Go-exporter spelling is not the dotted key with dashes.
+_FLAG_NAMES = {"web.config_file": "--web.config.file"}
+_FLAG_ALIASES = {name.removeprefix("--"): key for key, name in _FLAG_NAMES.items()}
+
 _DURATION_EXAMPLE = "expected a duration such as 500ms, 15s or 2m"
 _NUMBER = r"(?:\d+(?:\.\d+)?|\.\d+)"
 _PLAIN_NUMBER_RE = re.compile(_NUMBER)
@@ -237,7 +241,7 @@ class SettingSpec:
     @property
     def flag(self) -> str:
         """The command-line flag, Go-exporter style (``--collect.statement-timeout``)."""
-        return "--" + self.key.replace("_", "-")
+        return _FLAG_NAMES.get(self.key) or "--" + self.key.replace("_", "-")
 
     @property
     def env(self) -> str:
@@ -410,8 +414,9 @@ def _inject_password(dsn: str, password: str) -> str:
 
 
 def _show(value: object) -> str:
-    """A short repr of a value for an error message."""
-    text = repr(value)
+    """A short repr of a value for an error message, any DSN password in it redacted."""
+    # Redact before cutting: a cut could separate the password from the '@' that marks it.
+    text = redact_dsn(repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -629,7 +634,8 @@ def _file_values(document: dict[str, object], errors: list[str]) -> dict[str, ob
 
 def _normalise_flag(name: str) -> str:
     """``--collect.statement-timeout`` -> ``collect.statement_timeout``."""
-    return name.removeprefix("--").replace("-", "_")
+    name = name.removeprefix("--")
+    return _FLAG_ALIASES.get(name) or name.replace("-", "_")
 
 
 def _read_password_file(path: str) -> str:
@@ -659,21 +665,75 @@ def _resolve_dsn(
     return file_values.get("database.dsn"), False
 
 
+def _positive(value: object) -> None:
+    if isinstance(value, float) and value <= 0:
+        raise ValueError("must be greater than 0")
+
+
+def _max_connections(value: object) -> None:
+    if isinstance(value, int) and not 1 <= value <= 10:
+        raise ValueError(f"must be from 1 to 10, got {value}")
+
+
+def _max_job_types(value: object) -> None:
+    if isinstance(value, int) and value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+
+
+def _table(value: object) -> None:
+    if isinstance(value, str) and not _TABLE_RE.fullmatch(value):
+        raise ValueError(f"expected a table name such as job or queue.job, got {_show(value)}")
+
+
+def _one_of(choices: tuple[str, ...]) -> typing.Callable[[object], None]:
+    def check(value: object) -> None:
+        if isinstance(value, str) and value.lower() not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {_show(value)}")
+
+    return check
+
+
+def _listen_address(value: object) -> None:
+    if isinstance(value, str):
+        parse_listen_address(value)
+
+
+def _telemetry_path(value: object) -> None:
+    if not isinstance(value, str):
+        return
+    if not value.startswith("/") or any(ch.isspace() or ch in "?#" for ch in value):
+        raise ValueError(f"expected a path such as /metrics, got {_show(value)}")
+    if value in RESERVED_PATHS:
+        raise ValueError(f"{value} is taken by the exporter itself")
+
+
+def _staleness_limit(value: object) -> None:
+    if isinstance(value, float) and value <= 0:
+        raise ValueError("must be greater than 0 (or null for 3 intervals)")
+
+
+# Checks of one value beyond its type, run right after it is parsed.
+_VALUE_CHECKS: dict[str, typing.Callable[[object], None]] = {
+    "collect.interval": _positive,
+    "collect.timeout": _positive,
+    "collect.statement_timeout": _positive,
+    "collect.stuck_threshold": _positive,
+    "collect.staleness_limit": _staleness_limit,
+    "collect.max_job_types": _max_job_types,
+    "database.connect_timeout": _positive,
+    "database.max_connections": _max_connections,
+    "database.table": _table,
+    "log.level": _one_of(LOG_LEVELS),
+    "log.format": _one_of(LOG_FORMATS),
+    "web.listen_address": _listen_address,
+    "web.telemetry_path": _telemetry_path,
+}
+
+
 def _check_cross_fields(settings: Settings) -> list[str]:
-    """Checks that involve a single value's range or several values together."""
-    c, d, w, log = settings.collect, settings.database, settings.web, settings.log
+    """Checks that involve several values together."""
+    c = settings.collect
     errors: list[str] = []
-    for key, value in (
-        ("collect.interval", c.interval),
-        ("collect.timeout", c.timeout),
-        ("collect.statement_timeout", c.statement_timeout),
-        ("collect.stuck_threshold", c.stuck_threshold),
-        ("database.connect_timeout", d.connect_timeout),
-    ):
-        if value <= 0:
-            errors.append(f"{key}: must be greater than 0")
-    if c.staleness_limit is not None and c.staleness_limit <= 0:
-        errors.append("collect.staleness_limit: must be greater than 0 (or null for 3 intervals)")
     if c.timeout < c.statement_timeout:
         errors.append(
             f"collect.timeout: must be at least collect.statement_timeout "
@@ -684,29 +744,6 @@ def _check_cross_fields(settings: Settings) -> list[str]:
             f"collect.lock_timeout: must not exceed collect.statement_timeout "
             f"({c.statement_timeout:g}s), got {c.lock_timeout:g}s"
         )
-    if not 1 <= d.max_connections <= 10:
-        errors.append(f"database.max_connections: must be from 1 to 10, got {d.max_connections}")
-    if c.max_job_types < 1:
-        errors.append(f"collect.max_job_types: must be at least 1, got {c.max_job_types}")
-    if not _TABLE_RE.fullmatch(d.table):
-        errors.append(
-            f"database.table: expected a table name such as job or queue.job, got {_show(d.table)}"
-        )
-    if log.level not in LOG_LEVELS:
-        errors.append(f"log.level: expected one of {', '.join(LOG_LEVELS)}, got {_show(log.level)}")
-    if log.format not in LOG_FORMATS:
-        errors.append(
-            f"log.format: expected one of {', '.join(LOG_FORMATS)}, got {_show(log.format)}"
-        )
-    try:
-        parse_listen_address(w.listen_address)
-    except ValueError as exc:
-        errors.append(f"web.listen_address: {exc}")
-    path = w.telemetry_path
-    if not path.startswith("/") or any(ch.isspace() or ch in "?#" for ch in path):
-        errors.append(f"web.telemetry_path: expected a path such as /metrics, got {_show(path)}")
-    elif path in RESERVED_PATHS:
-        errors.append(f"web.telemetry_path: {path} is taken by the exporter itself")
     return errors
 
 
@@ -744,13 +781,16 @@ def load_settings(
         if value is None and key == "database.dsn":
             continue
         try:
+            if key in _SECRET_KEYS:
+                # A secret is never echoed back, not even its type's repr.
+                if not isinstance(value, str):
+                    raise ValueError(f"expected a string, got {type(value).__name__}")
+                _check_dsn(value)
             result = _parse_value(spec, value, from_text)
-            if key == "database.dsn" and result is not None:
-                _check_dsn(typing.cast(str, result))
+            if key in _VALUE_CHECKS:
+                _VALUE_CHECKS[key](result)
         except ValueError as exc:
-            # A DSN is never echoed back: it may carry the password.
-            message = "invalid value" if key in _SECRET_KEYS else str(exc)
-            errors.append(f"{key}: {message}")
+            errors.append(f"{key}: {exc}")
             continue
         if isinstance(result, str) and key in ("log.level", "log.format"):
             result = result.lower()
@@ -797,12 +837,12 @@ DESCRIPTIONS: dict[str, str] = {
     "collect.timeout": "Deadline of one whole collection (at least statement_timeout).",
     "collect.statement_timeout": "PostgreSQL statement_timeout of each query.",
     "collect.lock_timeout": "PostgreSQL lock_timeout of each query (at most statement_timeout).",
-    "collect.stuck_threshold": "A running job with a valid lease counts as stuck (overrun) after this.",
+    "collect.stuck_threshold": "A job running this long with a valid lease counts as stuck.",
     "collect.commit_lag_tolerance": "How far back each collection re-reads changed rows, "
     "to catch transactions that committed late.",
     "collect.staleness_limit": "Withdraw queue gauges after failing this long (null: 3 intervals).",
-    "collect.done_count": "Also count DONE rows for jobqueue_jobs{status=\"done\"} (a full scan).",
-    "collect.max_job_types": "At most this many job_type label values; the rest become \"other\".",
+    "collect.done_count": 'Also count DONE rows for jobqueue_jobs{status="done"} (a full scan).',
+    "collect.max_job_types": 'At most this many job_type label values; the rest become "other".',
     "collect.job_types": "Label names for job_type numbers (YAML mapping, or 1=email,2=scrape).",
     "collect.deadline_error_prefix": "last_error prefix of a job killed by its deadline.",
     "collect.lease_expired_marker": "Suffix the reaper appends to last_error.",

@@ -1,0 +1,248 @@
+"""The command line (flags, exit codes, --config.check, render-rules) and the log formatting."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from exporter import __version__
+from exporter.cli import build_parser, main, settings_from_namespace
+from exporter.logs import setup_logging
+
+ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "hunter2-S3cret"
+DSN_WITH_PASSWORD = f"postgresql://app:{PASSWORD}@db.example:5432/queue"
+GOOD = "collect:\n  interval: 5s\n  job_types: {1: send_email}\n"
+BAD = "collect:\n  intervall: 5s\n  timeout: soon\n"
+
+
+def write(tmp_path: Path, text: str, name: str = "config.yml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+# --- Flags to settings --------------------------------------------------------------------------
+
+
+def test_go_style_flags_reach_the_settings(tmp_path: Path) -> None:
+    namespace = build_parser().parse_args(
+        [
+            "--collect.interval=1s",
+            "--collect.statement-timeout=2s",
+            "--collect.timeout",
+            "3s",
+            "--collect.done-count",
+            "--collect.job-types=1=send_email,7=scrape",
+            "--web.listen-address=127.0.0.1:0",
+            "--web.config.file=/etc/web.yml",
+            "--database.max-connections=3",
+            "--log.format=json",
+            "--alerts.stuck-for=10m",
+        ]
+    )
+    loaded = settings_from_namespace(namespace, {})
+    assert loaded.collect.interval == 1.0
+    assert loaded.collect.statement_timeout == 2.0
+    assert loaded.collect.timeout == 3.0
+    assert loaded.collect.done_count is True
+    assert loaded.collect.job_types == {1: "send_email", 7: "scrape"}
+    assert loaded.web.listen_address == "127.0.0.1:0"
+    assert loaded.web.config_file == "/etc/web.yml"
+    assert loaded.database.max_connections == 3
+    assert loaded.log.format == "json"
+    assert loaded.alerts.stuck_for == 600.0
+
+
+def test_config_file_from_flag_or_environment_and_flag_wins(tmp_path: Path) -> None:
+    path = write(tmp_path, "collect:\n  interval: 30s\n  done_count: true\n")
+    environ = {"JOBQUEUE_EXPORTER_CONFIG_FILE": path, "JOBQUEUE_EXPORTER_COLLECT_INTERVAL": "20s"}
+    from_env = settings_from_namespace(build_parser().parse_args([]), environ)
+    assert from_env.collect.done_count is True  # the file named by the environment was read
+    assert from_env.collect.interval == 20.0  # environment over file
+    flagged = settings_from_namespace(
+        build_parser().parse_args(["--no-collect.done-count", "--collect.interval=10s"]), environ
+    )
+    assert flagged.collect.done_count is False
+    assert flagged.collect.interval == 10.0
+
+
+# --- Exit codes and messages --------------------------------------------------------------------
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"], {}) == 0
+    assert capsys.readouterr().out == f"jobqueue-exporter {__version__}\n"
+
+
+def test_config_check_good_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = write(tmp_path, GOOD), write(tmp_path, BAD, "bad.yml")
+    assert main(["--config.check", good], {}) == 0
+    assert capsys.readouterr().out == f"{good}: OK\n"
+    assert main(["--config.check", bad], {}) == 1
+    err = capsys.readouterr().err
+    assert f"{bad}: collect.intervall: unknown setting (did you mean collect.interval?)" in err
+    assert f"{bad}: collect.timeout: expected a duration" in err
+    assert main(["--config.check", str(tmp_path / "missing.yml")], {}) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_config_check_in_a_real_process(tmp_path: Path) -> None:
+    good, bad = write(tmp_path, GOOD), write(tmp_path, BAD, "bad.yml")
+    ok = subprocess.run(
+        [sys.executable, "-m", "exporter", "--config.check", good],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (ok.returncode, ok.stdout) == (0, f"{good}: OK\n")
+    failed = subprocess.run(
+        [sys.executable, "-m", "exporter", "--config.check", bad],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert failed.returncode == 1
+    assert "collect.intervall: unknown setting" in failed.stderr
+
+
+def test_bad_configuration_exits_2_naming_the_field_without_the_password(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environ = {"DATABASE_URL": DSN_WITH_PASSWORD, "JOBQUEUE_EXPORTER_LOG_LEVEL": "loud"}
+    assert main(["--collect.interval=fast"], environ) == 2
+    err = capsys.readouterr().err
+    assert "collect.interval: expected a duration such as 500ms, 15s or 2m, got 'fast'" in err
+    assert "log.level: expected one of debug, info, warn, error, got 'loud'" in err
+    assert PASSWORD not in err
+
+
+def test_dsn_in_a_wrong_setting_is_not_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([f"--web.listen-address={DSN_WITH_PASSWORD}"], {}) == 2
+    captured = capsys.readouterr()
+    assert "web.listen_address" in captured.err
+    assert PASSWORD not in captured.err + captured.out
+
+
+def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--collect.intervall=5s"], {}) == 2
+    assert "unrecognized arguments: --collect.intervall=5s" in capsys.readouterr().err
+    assert main(["frobnicate"], {}) == 2
+    assert main(["run", "--output", "x.yml"], {}) == 2
+    assert "--output and --format belong to render-rules" in capsys.readouterr().err
+
+
+def test_run_without_dsn_lists_the_four_ways(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run"], {}) == 2
+    err = capsys.readouterr().err
+    for way in ("--database.dsn", "JOBQUEUE_EXPORTER_DSN", "DATABASE_URL", "database.dsn in the"):
+        assert way in err
+
+
+def test_render_rules_needs_no_dsn_and_uses_alert_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["render-rules", "--alerts.evaluation-interval=1m"], {}) == 0
+    rules = yaml.safe_load(capsys.readouterr().out)
+    assert rules["groups"]
+    assert {group["interval"] for group in rules["groups"]} == {"1m"}
+
+    output = tmp_path / "rules.yml"
+    code = main(["render-rules", "--format", "prometheusrule", "--output", str(output)], {})
+    assert code == 0
+    resource = yaml.safe_load(output.read_text(encoding="utf-8"))
+    assert resource["kind"] == "PrometheusRule"
+    assert main(["render-rules", "--output", str(tmp_path / "no" / "dir.yml")], {}) == 1
+
+
+# --- Logging ----------------------------------------------------------------------------------
+
+LOGFMT_LINE = re.compile(
+    r"ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=warn logger=exporter\.poller "
+    r'msg="collection failed" reason=timeout attempt=3 detail="a b"'
+)
+
+
+def log_lines(fmt: str, level: str = "info", secrets: tuple[str, ...] = (PASSWORD,)) -> io.StringIO:
+    stream = io.StringIO()
+    setup_logging(level, fmt, secrets, stream=stream)
+    return stream
+
+
+def test_logfmt_line_with_fields() -> None:
+    stream = log_lines("logfmt")
+    fields = {"reason": "timeout", "attempt": 3, "detail": "a b"}
+    logging.getLogger("exporter.poller").warning("collection failed", extra={"fields": fields})
+    line = stream.getvalue()
+    assert LOGFMT_LINE.fullmatch(line.rstrip("\n")), line
+    assert line.count("\n") == 1
+
+
+def test_json_line_with_fields_and_level_filter() -> None:
+    stream = log_lines("json", level="warn")
+    log = logging.getLogger("exporter.poller")
+    log.info("not shown")
+    log.error("collection failed", extra={"fields": {"reason": "timeout", "n": 2}})
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["level"] == "error"
+    assert record["logger"] == "exporter.poller"
+    assert record["msg"] == "collection failed"
+    assert (record["reason"], record["n"]) == ("timeout", 2)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["ts"])
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_secrets_are_redacted_everywhere_including_exceptions(fmt: str) -> None:
+    stream = log_lines(fmt)
+    log = logging.getLogger("exporter.db")
+    log.info("connecting to %s", DSN_WITH_PASSWORD)
+    log.info("kv", extra={"fields": {"dsn": f"host=h password={PASSWORD} user=app"}})
+    log.info("encoded", extra={"fields": {"dsn": "postgresql://app:p%40ss@h/db"}})
+    log.info("bare secret %s in text", PASSWORD)
+    try:
+        raise ConnectionError(f"could not connect to postgresql://other:xyzzy@h/db ({PASSWORD})")
+    except ConnectionError:
+        log.exception("connection failed")
+    output = stream.getvalue()
+    for secret in (PASSWORD, "xyzzy", "p%40ss"):
+        assert secret not in output
+    assert "postgresql://app:***@db.example" in output
+    assert "password=***" in output
+    assert "ConnectionError: could not connect to postgresql://other:***@h/db (***)" in output
+    assert len(output.splitlines()) == 5  # the traceback stays on its record's line
+    if fmt == "json":
+        for line in output.splitlines():
+            json.loads(line)
+
+
+def test_percent_encoded_secret_is_redacted() -> None:
+    stream = log_lines("logfmt", secrets=("p@ss/word",))
+    logging.getLogger("x").info("dsn path p%40ss%2Fword and raw p@ss/word")
+    assert "p%40ss%2Fword" not in stream.getvalue()
+    assert "p@ss/word" not in stream.getvalue()
+
+
+def test_main_sets_up_logging_that_redacts_the_dsn_password(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["render-rules", "--log.format=json"], {"DATABASE_URL": DSN_WITH_PASSWORD}) == 0
+    capsys.readouterr()
+    logging.getLogger("exporter.test").warning("password is %s", PASSWORD)
+    err = capsys.readouterr().err
+    assert json.loads(err)["msg"] == "password is ***"
