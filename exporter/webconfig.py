@@ -105,6 +105,7 @@ _TLS_KEYS = (
 )
 _BCRYPT_HASH = re.compile(r"\$2[aby]\$(\d\d)\$[./A-Za-z0-9]{53}")
 _BCRYPT_MAX_PASSWORD = 72
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.@+-]{1,100}")
 
 
 class WebConfigError(Exception):
@@ -172,6 +173,11 @@ def _parse_yaml(path: str, text: str) -> Any:
         raise WebConfigError(f"{path}: not valid YAML") from None
 
 
+def _shown(key: str) -> str:
+    """A key as it may appear in a message: quoted when empty or odd, so logs stay one line."""
+    return key if _PLAIN_KEY.fullmatch(key) else repr(key)
+
+
 def _mapping(value: Any, key: str) -> dict[str, Any]:
     """Check that a value is a mapping with string keys (None counts as empty)."""
     if value is None:
@@ -218,7 +224,7 @@ def _parse_tls(raw: Any, base_dir: str) -> TLSConfig | None:
         if key in _UNSUPPORTED_TLS_KEYS:
             raise WebConfigError(f"tls_server_config.{key}: {_UNSUPPORTED_TLS_KEYS[key]}")
         if key not in _TLS_KEYS:
-            raise WebConfigError(f"tls_server_config.{key}: unknown key")
+            raise WebConfigError(f"tls_server_config.{_shown(key)}: unknown key")
     if "cert_file" not in section:
         raise WebConfigError("tls_server_config.cert_file: required when TLS is configured")
     if "key_file" not in section:
@@ -302,7 +308,7 @@ def _parse_users(raw: Any) -> dict[str, str]:
     users = _mapping(raw, "basic_auth_users")
     parsed = {}
     for user, hashed in users.items():
-        key = f"basic_auth_users.{user}"
+        key = f"basic_auth_users.{_shown(user)}"
         if not user or ":" in user:
             raise WebConfigError(f"{key}: user names must be non-empty and contain no colon")
         match = _BCRYPT_HASH.fullmatch(hashed) if isinstance(hashed, str) else None
@@ -319,14 +325,14 @@ def _parse_http(raw: Any) -> tuple[dict[str, str], bool]:
     section = _mapping(raw, "http_server_config")
     for key in section:
         if key not in ("headers", "http2"):
-            raise WebConfigError(f"http_server_config.{key}: unknown key")
+            raise WebConfigError(f"http_server_config.{_shown(key)}: unknown key")
     http2 = section.get("http2", True)
     if not isinstance(http2, bool):
         raise WebConfigError("http_server_config.http2: must be true or false")
     canonical = {name.lower(): name for name in ALLOWED_HEADERS}
     headers = {}
     for name, value in _mapping(section.get("headers"), "http_server_config.headers").items():
-        key = f"http_server_config.headers.{name}"
+        key = f"http_server_config.headers.{_shown(name)}"
         if name.lower() not in canonical:
             raise WebConfigError(
                 f"{key}: header not allowed; use one of {', '.join(ALLOWED_HEADERS)}"
@@ -356,7 +362,7 @@ def load_web_config(path: str) -> WebConfig:
         if key == "rate_limit":
             raise WebConfigError("rate_limit: not supported; rate-limit in a reverse proxy")
         if key not in ("tls_server_config", "http_server_config", "basic_auth_users"):
-            raise WebConfigError(f"{key}: unknown key")
+            raise WebConfigError(f"{_shown(key)}: unknown key")
     base_dir = os.path.dirname(os.path.abspath(path))
     headers, http2 = _parse_http(top.get("http_server_config"))
     config = WebConfig(
@@ -721,6 +727,12 @@ def method_middleware(watcher: WebConfigWatcher) -> Middleware:
     return middleware
 
 
-def middlewares(watcher: WebConfigWatcher) -> list[Middleware]:
+def middlewares(
+    watcher: WebConfigWatcher, exempt: tuple[str, ...] = ("/healthz",)
+) -> list[Middleware]:
     """All web-config middlewares, outermost first: headers, method/body check, auth."""
-    return [headers_middleware(watcher), method_middleware(watcher), auth_middleware(watcher)]
+    return [
+        headers_middleware(watcher),
+        method_middleware(watcher),
+        auth_middleware(watcher, exempt),
+    ]
