@@ -16,18 +16,18 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
-from exporter import __version__
-from exporter.config import Settings
+from exporter import __version__, webconfig
+from exporter.config import Settings, parse_listen_address
 from exporter.db import ConnectOptions, Database
-from exporter.metrics import build_registry, render
+from exporter.metrics import CONTENT_TYPE, Registry, build_registry, render
 from exporter.poller import Poller
 
 log = logging.getLogger(__name__)
 
 POLLER_KEY = web.AppKey("poller", Poller)
 SETTINGS_KEY = web.AppKey("settings", Settings)
+WATCHER_KEY = web.AppKey("web_config", webconfig.WebConfigWatcher)
 # A rendered exposition is reused until the next collection (or for at most this long), so
 # fifty concurrent scrapers cost one rendering, not fifty.
 RENDER_MAX_AGE = 1.0
@@ -36,7 +36,7 @@ RENDER_MAX_AGE = 1.0
 class _Exposition:
     """Caches the rendered /metrics body per collection."""
 
-    def __init__(self, poller: Poller, registry: CollectorRegistry) -> None:
+    def __init__(self, poller: Poller, registry: Registry) -> None:
         self.poller = poller
         self.registry = registry
         self._key: tuple[int, bool] | None = None
@@ -53,16 +53,17 @@ class _Exposition:
         return self._body
 
 
-def create_app(settings: Settings, poller: Poller, registry: CollectorRegistry) -> web.Application:
+def create_app(settings: Settings, poller: Poller, registry: Registry) -> web.Application:
     """The aiohttp application with every route; no start-up work."""
-    holder = None  # TODO(webconfig): wire in the web-config watcher and middlewares
-    app = web.Application(client_max_size=1024)
+    watcher = webconfig.WebConfigWatcher(settings.web.config_file)
+    app = web.Application(middlewares=webconfig.middlewares(watcher), client_max_size=1024)
+    app[WATCHER_KEY] = watcher
     app[POLLER_KEY] = poller
     app[SETTINGS_KEY] = settings
     exposition = _Exposition(poller, registry)
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=exposition.body(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=exposition.body(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -102,13 +103,6 @@ def _landing_page(settings: Settings, poller: Poller) -> str:
     )
 
 
-def parse_listen_address(address: str) -> tuple[str | None, int]:
-    """Split ``host:port`` (host may be empty or a bracketed IPv6 address)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    return (host or None), int(port)
-
-
 def connect_options(settings: Settings) -> ConnectOptions:
     """What the database layer needs from the settings."""
     db, collect = settings.database, settings.collect
@@ -140,12 +134,21 @@ class Exporter:
     async def start(self) -> None:
         """Bind the HTTP server, then start collecting in the background."""
         host, port = parse_listen_address(self.settings.web.listen_address)
-        self._runner = web.AppRunner(self.app, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, **webconfig.server_limits()
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host=host, port=port)
+        site = web.TCPSite(
+            self._runner,
+            host=host or None,
+            port=port,
+            ssl_context=self.app[WATCHER_KEY].ssl_context(),
+        )
         await site.start()
-        sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
-        self.port = sockets[0].getsockname()[1] if sockets else port
+        # Port 0 asks the kernel for a free port; read back which one it gave.
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        self.port = int(sockets[0].getsockname()[1]) if sockets else port
         self._poll_task = asyncio.create_task(self.poller.run())
         log.info(
             "listening",

@@ -209,13 +209,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     setup_logging(settings.log.level, settings.log.format, [password] if password else [])
     if command == "render-rules":
         return _render_rules(settings, namespace.format, namespace.output)
-    if command == "demo":
-        from exporter.app import run_demo
+    from exporter.app import run, run_demo
+    from exporter.webconfig import WebConfigError
 
-        return run_demo(settings)
-    if settings.database.dsn is None:
+    if command != "demo" and settings.database.dsn is None:
         _write(sys.stderr, f"{PROG}: configuration error:\n{MISSING_DSN}")
         return EXIT_USAGE
-    from exporter.app import run
-
-    return run(settings)
+    try:
+        return run_demo(settings) if command == "demo" else run(settings)
+    except WebConfigError as exc:
+        _write(sys.stderr, f"{PROG}: web config error: {exc}")
+        return EXIT_USAGE
+    except OSError as exc:  # the listen address is taken or not ours to bind
+        _write(sys.stderr, f"{PROG}: cannot listen on {settings.web.listen_address}: {exc}")
+        return 1

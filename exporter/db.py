@@ -190,13 +190,13 @@ class Database:
             return 0
         return int(self._pool.get_size())
 
-    async def close(self, timeout: float = 5.0) -> None:
+    async def close(self, grace: float = 5.0) -> None:
         """Close every connection; terminate those that do not close in time."""
         if self._pool is None:
             return
         pool, self._pool = self._pool, None
         try:
-            await asyncio.wait_for(pool.close(), timeout)
+            await asyncio.wait_for(pool.close(), grace)
         except (TimeoutError, Exception):
             pool.terminate()
 
@@ -245,7 +245,9 @@ def translate(exc: BaseException) -> DatabaseError:
         return DatabaseError("schema", f"schema mismatch: {exc}")
     if isinstance(exc, asyncpg.InsufficientPrivilegeError):
         return DatabaseError("permission", f"permission denied: {exc}")
-    if isinstance(exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError):
+    if isinstance(
+        exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
+    ):
         return DatabaseError("connection", f"authentication failed: {exc}")
     if isinstance(exc, TimeoutError):
         return DatabaseError("timeout", "timed out waiting for the database")

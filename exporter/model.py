@@ -1,4 +1,4 @@
-"""Plain data shared by the layers: rows read from the queue, the snapshot, and the transition tallies.
+"""Plain data shared by the layers: rows read from the queue, the snapshot, the tallies.
 
 No I/O here. Times are Unix seconds taken from the database's clock.
 """
@@ -163,9 +163,7 @@ class Tallies:
         self._histogram(self.latency, label, self.latency_bounds).observe(latency)
 
     @staticmethod
-    def _histogram(
-        table: dict[str, Histogram], label: str, bounds: tuple[float, ...]
-    ) -> Histogram:
+    def _histogram(table: dict[str, Histogram], label: str, bounds: tuple[float, ...]) -> Histogram:
         found = table.get(label)
         if found is None:
             found = table[label] = Histogram(bounds)

@@ -105,7 +105,9 @@ class Poller:
             next_tick = started + interval
             try:
                 while True:
-                    done, _ = await asyncio.wait({task}, timeout=max(0.0, next_tick - self._monotonic()))
+                    done, _ = await asyncio.wait(
+                        {task}, timeout=max(0.0, next_tick - self._monotonic())
+                    )
                     if done:
                         break
                     # The tick came while the collection is still running: skip it, never overlap.
@@ -127,7 +129,7 @@ class Poller:
         # Doubling from 1 s, capped at the interval so recovery is noticed within one interval;
         # jitter keeps replicas from retrying in lock step.
         cap = self.settings.collect.interval
-        delay = min(cap, BACKOFF_FIRST * 2 ** (failures - 1))
+        delay: float = min(cap, BACKOFF_FIRST * 2.0 ** (failures - 1))
         return delay * self._rng.uniform(0.5, 1.0)
 
     async def collect_once(self) -> bool:
@@ -150,7 +152,9 @@ class Poller:
             self._failed("internal", f"{type(exc).__name__}: {exc}")
         else:
             if not health.up:
-                log.info("collection succeeded", extra={"fields": {"tracked_jobs": self.tracker.tracked}})
+                log.info(
+                    "collection succeeded", extra={"fields": {"tracked_jobs": self.tracker.tracked}}
+                )
             health.up = True
             health.last_error = None
             health.last_success_monotonic = self._monotonic()
@@ -163,7 +167,10 @@ class Poller:
 
     async def _collect(self) -> None:
         collect = self.settings.collect
-        if self._indexes_checked_at is None or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY:
+        if (
+            self._indexes_checked_at is None
+            or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY
+        ):
             await self._check_indexes()
         baseline = not self.tracker.started
         check_ids = None
@@ -201,7 +208,8 @@ class Poller:
         self._indexes_checked_at = self._cycle
         for name in missing:
             log.warning(
-                "index missing: per-cycle queries will scan the table; create it from the shipped file",
+                "index missing: per-cycle queries will scan the table; "
+                "create it from the shipped file",
                 extra={"fields": {"index": name, "file": INDEX_FILE}},
             )
 
@@ -213,13 +221,13 @@ class Poller:
         health.errors[reason] += 1
         health.last_error = message
 
-    async def wait_for_collections(self, count: int, timeout: float = 30.0) -> None:
+    async def wait_for_collections(self, count: int, limit: float = 30.0) -> None:
         """Wait until at least ``count`` collections have finished (tests use this)."""
-        async with asyncio.timeout(timeout), self._finished:
+        async with asyncio.timeout(limit), self._finished:
             await self._finished.wait_for(lambda: self.generation >= count)
 
-    async def wait_for_success(self, timeout: float = 30.0) -> None:
+    async def wait_for_success(self, limit: float = 30.0) -> None:
         """Wait for the next successful collection."""
         target = self.generation
-        async with asyncio.timeout(timeout), self._finished:
+        async with asyncio.timeout(limit), self._finished:
             await self._finished.wait_for(lambda: self.generation > target and self.health.up)

@@ -469,6 +469,9 @@ def render_prometheus_rule(
     metadata["labels"] = {
         "app.kubernetes.io/name": "jobqueue-exporter",
         "app.kubernetes.io/component": "alerting-rules",
+        "app.kubernetes.io/part-of": "jobqueue",
+        # kube-prometheus-stack's default ruleSelector matches the Helm release label.
+        "release": "kube-prometheus-stack",
     }
     document = {
         "apiVersion": "monitoring.coreos.com/v1",

@@ -11,7 +11,7 @@ between two cycles. See docs/exactness.md for the argument and its limits.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
 from exporter.results import ResultPaths, classify, decode_result, split_error
@@ -52,7 +52,7 @@ class TrackerOptions:
     commit_lag_tolerance: float
     deadline_prefix: str = "JobDeadlineExceeded"
     lease_marker: str = " [lease-expired reclaim]"
-    paths: ResultPaths = ResultPaths()
+    paths: ResultPaths = field(default_factory=ResultPaths)
 
 
 class Tracker:
@@ -214,7 +214,9 @@ class Tracker:
         latency = row.latency_seconds
         if latency is None:
             latency = row.updated_at - row.created_at
-        tallies.observe(label, outcome.duration_seconds, wait=max(0.0, wait), latency=max(0.0, latency))
+        tallies.observe(
+            label, outcome.duration_seconds, wait=max(0.0, wait), latency=max(0.0, latency)
+        )
 
     def _forget_settled(self, now: float) -> None:
         # Finished rows are kept only while the next change query can still re-read them.

@@ -6,17 +6,21 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.app import connect_options
 from exporter.config import CollectSettings, DatabaseSettings, Settings, WebSettings
 from exporter.db import Database
 from exporter.metrics import build_registry, render
 from exporter.poller import Poller
-from exporter.app import connect_options
 
 
 def fast_settings(dsn: str, **collect: object) -> Settings:
     """Settings for a fast exporter on an ephemeral port."""
     base = CollectSettings(
-        interval=0.2, timeout=3.0, statement_timeout=2.0, lock_timeout=0.5, commit_lag_tolerance=30.0
+        interval=0.2,
+        timeout=3.0,
+        statement_timeout=2.0,
+        lock_timeout=0.5,
+        commit_lag_tolerance=30.0,
     )
     return Settings(
         database=DatabaseSettings(dsn=dsn, connect_timeout=2.0),
@@ -45,6 +49,8 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return samples
 
 
-def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+def value(
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
+) -> float:
     """One sample's value; KeyError when absent."""
     return samples[(name, tuple(sorted(labels.items())))]

@@ -47,12 +47,15 @@ def logs() -> AsyncIterator[tuple[RawRecords, io.StringIO]]:
 
 async def get(port: int, path: str) -> tuple[int, str, float]:
     started = time.perf_counter()
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as r:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as r,
+    ):
         return r.status, await r.text(), time.perf_counter() - started
 
 
-async def wait_until(predicate: object, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
+async def wait_until(predicate: object, limit: float = 20.0) -> None:
+    deadline = time.monotonic() + limit
     while not predicate():  # type: ignore[operator]
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
@@ -86,7 +89,8 @@ async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
         # Down at start: served anyway, fast, with up 0 and not ready.
         await exporter.poller.wait_for_collections(2)
         status, body, elapsed = await get(port, "/metrics")
-        assert status == 200 and elapsed < 0.1
+        assert status == 200
+        assert elapsed < 0.1
         samples = parse(body)
         assert value(samples, "jobqueue_up") == 0
         assert value(samples, "jobqueue_exporter_collection_errors_total", reason="connection") >= 1
@@ -105,7 +109,8 @@ async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
         await wait_until(lambda: not exporter.poller.health.up)
         await wait_until(lambda: not exporter.poller.fresh())
         status, body, elapsed = await get(port, "/metrics")
-        assert status == 200 and elapsed < 0.1
+        assert status == 200
+        assert elapsed < 0.1
         samples = parse(body)
         assert value(samples, "jobqueue_up") == 0
         assert not [k for k in samples if k[0] == "jobqueue_jobs"]
@@ -135,7 +140,8 @@ async def test_landing_page_names_the_exporter_and_links_metrics(db_dsn: str) ->
         await exporter.poller.wait_for_success()
         status, body, _ = await get(exporter.port, "/")
         assert status == 200
-        assert "jobqueue-exporter" in body and 'href="/custom"' in body
+        assert "jobqueue-exporter" in body
+        assert 'href="/custom"' in body
         assert (await get(exporter.port, "/custom"))[0] == 200
         assert (await get(exporter.port, "/metrics"))[0] == 404
     finally:

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.poller import Poller
 from tests.conftest import execute, fetchval
-from tests.helpers import make_poller, scrape, fast_settings, value
+from tests.helpers import fast_settings, make_poller, scrape, value
 
 INSERT = """
 INSERT INTO job (job_type, status, attempts, created_at, run_after, run_started_at, lease_until,
@@ -32,7 +32,9 @@ async def insert(
     attempts: int = 0,
     error: str | None = None,
 ) -> None:
-    await execute(dsn, INSERT, job_type, status, attempts, age, run_after_in, started_ago, lease_in, error)
+    await execute(
+        dsn, INSERT, job_type, status, attempts, age, run_after_in, started_ago, lease_in, error
+    )
 
 
 @pytest.fixture
@@ -47,7 +49,9 @@ async def test_empty_table_exports_zero_and_no_job_type_series(poller: Poller) -
     samples = scrape(poller)
     assert value(samples, "jobqueue_up") == 1
     assert not [k for k in samples if k[0] == "jobqueue_jobs"]
-    assert value(samples, "jobqueue_exporter_missing_index", index="job_exporter_updated_at_idx") == 0
+    assert (
+        value(samples, "jobqueue_exporter_missing_index", index="job_exporter_updated_at_idx") == 0
+    )
 
 
 async def test_one_job_per_status_is_counted_in_its_status(db_dsn: str, poller: Poller) -> None:
@@ -83,7 +87,9 @@ async def test_scheduled_and_ready_pending_jobs_are_told_apart(db_dsn: str, poll
     s = scrape(poller)
     assert value(s, "jobqueue_jobs", job_type="2", status="pending") == 3
     assert value(s, "jobqueue_jobs_scheduled", job_type="2") == 1
-    assert value(s, "jobqueue_oldest_pending_age_seconds", job_type="2") == pytest.approx(100, abs=2)
+    assert value(s, "jobqueue_oldest_pending_age_seconds", job_type="2") == pytest.approx(
+        100, abs=2
+    )
     assert value(s, "jobqueue_oldest_ready_wait_seconds", job_type="2") == pytest.approx(40, abs=2)
 
 
@@ -91,7 +97,9 @@ async def test_expired_lease_and_overrun_are_stuck_for_different_reasons(
     db_dsn: str, poller: Poller
 ) -> None:
     await insert(db_dsn, 3, 2, started_ago=200, lease_in=-90, attempts=1)  # worker died
-    await insert(db_dsn, 3, 2, started_ago=700, lease_in=60, attempts=1)  # heartbeating, overrunning
+    await insert(
+        db_dsn, 3, 2, started_ago=700, lease_in=60, attempts=1
+    )  # heartbeating, overrunning
     # Both at once: counted once, as lease_expired.
     await insert(db_dsn, 3, 2, started_ago=900, lease_in=-10, attempts=1)
     await insert(db_dsn, 3, 2, started_ago=30, lease_in=90, attempts=1)  # healthy
@@ -99,7 +107,9 @@ async def test_expired_lease_and_overrun_are_stuck_for_different_reasons(
     s = scrape(poller)
     assert value(s, "jobqueue_stuck_jobs", job_type="3", reason="lease_expired") == 2
     assert value(s, "jobqueue_stuck_jobs", job_type="3", reason="overrun") == 1
-    assert value(s, "jobqueue_lease_expired_oldest_seconds", job_type="3") == pytest.approx(90, abs=2)
+    assert value(s, "jobqueue_lease_expired_oldest_seconds", job_type="3") == pytest.approx(
+        90, abs=2
+    )
     assert value(s, "jobqueue_running_oldest_seconds", job_type="3") == pytest.approx(900, abs=2)
     assert value(s, "jobqueue_jobs", job_type="3", status="running") == 4
 
@@ -137,7 +147,11 @@ async def test_missing_indexes_are_reported_not_fatal(schema_dsn_without_indexes
     try:
         assert await p.collect_once()
         s = scrape(p)
-        for index in ("job_exporter_active_idx", "job_exporter_updated_at_idx", "job_exporter_dead_idx"):
+        for index in (
+            "job_exporter_active_idx",
+            "job_exporter_updated_at_idx",
+            "job_exporter_dead_idx",
+        ):
             assert value(s, "jobqueue_exporter_missing_index", index=index) == 1
     finally:
         await p.database.close()

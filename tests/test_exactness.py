@@ -96,12 +96,16 @@ def assert_exact(poller: Poller, truth: Tally) -> None:
         by_label: defaultdict[str, list[float]] = defaultdict(list)
         for jt, values in samples.items():
             by_label[label(jt)].extend(values)
-        assert {k for k, v in table.items() if v.count} == {k for k, v in by_label.items() if v}, name
+        assert {k for k, v in table.items() if v.count} == {k for k, v in by_label.items() if v}, (
+            name
+        )
         for lab, values in by_label.items():
             histogram = table[lab]
             assert histogram.count == len(values), (name, lab)
             assert math.isclose(histogram.total, math.fsum(values), abs_tol=1e-9), (name, lab)
-            for (le, cumulative), bound in zip(histogram.cumulative(), histogram.bounds, strict=False):
+            for (le, cumulative), bound in zip(
+                histogram.cumulative(), histogram.bounds, strict=False
+            ):
                 assert cumulative == sum(1 for v in values if v <= bound), (name, lab, le)
 
 
@@ -160,7 +164,9 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
         # The burst: error, lease, deadline, lease, then complete, all unseen in between.
         # Total failures are exact; the overwritten messages take the reason of the one that
         # survived (the deadline), the reclaim marker on it counts as one lease expiry.
-        burst = Counter({r: n for (lab, r), n in first.tallies.failures.items() if lab == burst_label})
+        burst = Counter(
+            {r: n for (lab, r), n in first.tallies.failures.items() if lab == burst_label}
+        )
         assert burst == Counter({"deadline": 3, "lease_expired": 1})
         for reason in ("deadline", "lease_expired", "error"):
             first.tallies.failures.pop((burst_label, reason), None)

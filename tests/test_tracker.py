@@ -14,7 +14,12 @@ from exporter.tracker import Tracker, TrackerOptions
 TOL = 30.0
 MARK = " [lease-expired reclaim]"
 RESULT = json.dumps(
-    {"metrics": {"duration_ms": 8000, "cost": {"ai_usd": 0.01, "proxy_usd": 0.002, "total_usd": 0.015}}}
+    {
+        "metrics": {
+            "duration_ms": 8000,
+            "cost": {"ai_usd": 0.01, "proxy_usd": 0.002, "total_usd": 0.015},
+        }
+    }
 )
 
 
@@ -42,7 +47,9 @@ def test_insert_after_baseline_is_one_enqueue_even_when_read_twice() -> None:
 
 def test_rows_active_at_baseline_are_not_enqueues_but_their_completion_counts() -> None:
     t = make_tracker()
-    running = row(status=RUNNING, attempts=1, run_started_at=990.0, updated_at=990.0, created_at=900.0)
+    running = row(
+        status=RUNNING, attempts=1, run_started_at=990.0, updated_at=990.0, created_at=900.0
+    )
     t.baseline(1000.0, [running], [])
     done = replace(running, status=DONE, result=RESULT, updated_at=1004.0)
     t.apply(1010.0, [done])
@@ -55,7 +62,9 @@ def test_rows_active_at_baseline_are_not_enqueues_but_their_completion_counts() 
 
 def test_change_stamped_before_baseline_but_committed_after_is_history() -> None:
     t = make_tracker()
-    running = row(status=RUNNING, attempts=1, run_started_at=980.0, updated_at=980.0, created_at=900.0)
+    running = row(
+        status=RUNNING, attempts=1, run_started_at=980.0, updated_at=980.0, created_at=900.0
+    )
     t.baseline(1000.0, [running], [])
     late = replace(running, status=DONE, result=RESULT, updated_at=995.0)
     t.apply(1010.0, [late])
@@ -87,7 +96,9 @@ def test_fail_reclaim_fail_reclaim_complete_in_one_interval_counts_four_failures
     failures = sum(n for (label, _), n in t.tallies.failures.items() if label == "1")
     assert failures == 4
     assert t.tallies.failures[("1", "lease_expired")] == 1
-    assert t.tallies.failures[("1", "error")] == 3  # overwritten messages take the survivor's reason
+    assert (
+        t.tallies.failures[("1", "error")] == 3
+    )  # overwritten messages take the survivor's reason
     assert t.tallies.completed["1"] == 1
 
 
@@ -160,8 +171,15 @@ def test_settled_rows_are_forgotten_so_memory_stays_bounded() -> None:
         st.none(),
         st.text(max_size=20),
         st.recursive(
-            st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(max_size=5),
-            lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),
+            st.none()
+            | st.booleans()
+            | st.floats(allow_nan=False)
+            | st.integers()
+            | st.text(max_size=5),
+            lambda children: (
+                st.lists(children, max_size=3)
+                | st.dictionaries(st.text(max_size=8), children, max_size=3)
+            ),
             max_leaves=10,
         ).map(json.dumps),
     )

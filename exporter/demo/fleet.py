@@ -422,3 +422,33 @@ __all__ = [
     "failure_reason",
     "result_fields",
 ]
+
+
+async def run_fleet(dsn: str, config: FleetConfig) -> None:
+    """Drive the demo fleet against an existing queue database until SIGTERM or SIGINT."""
+    import signal
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    fleet = Fleet(dsn, config, Tally(detailed=False))
+    await fleet.start()
+    try:
+        await stop.wait()
+    finally:
+        await fleet.stop()
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m exporter.demo.fleet",
+        description="Run the simulated worker fleet against an existing queue database "
+        "(the compose stack's 'fleet' service).",
+    )
+    parser.add_argument("--dsn", required=True, help="postgresql:// URL of the queue's owner")
+    parser.add_argument("--rate", type=float, default=FleetConfig.enqueue_rate, help="jobs/s")
+    arguments = parser.parse_args()
+    asyncio.run(run_fleet(arguments.dsn, FleetConfig(enqueue_rate=arguments.rate)))
