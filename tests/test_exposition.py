@@ -1,0 +1,71 @@
+"""The real exposition: promtool accepts it, odd label values survive, cardinality stays capped."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+from exporter.demo.fleet import Fleet, FleetConfig
+from exporter.metrics import build_registry, exposed_metric_names, render
+from tests.conftest import execute
+from tests.helpers import fast_settings, make_poller, parse
+
+PROMTOOL = "/usr/bin/promtool"
+
+
+def promtool_check_metrics(text: bytes) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PROMTOOL, "check", "metrics"],
+        input=text.decode(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+async def test_exposition_of_a_live_queue_passes_promtool_check_metrics(db_dsn: str) -> None:
+    poller = make_poller(fast_settings(db_dsn))
+    fleet = Fleet(db_dsn, FleetConfig.fast(job_types=4))
+    try:
+        assert await poller.collect_once()
+        await fleet.start()
+        await asyncio.sleep(2.0)
+        await fleet.pause()
+        assert await poller.collect_once()
+        text = render(build_registry(poller))
+    finally:
+        await fleet.stop()
+        await poller.database.close()
+    done = promtool_check_metrics(text)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == ""
+    names = {name for (name, _) in parse(text.decode())}
+    # Every series the exporter defines is there (process_* come from prometheus-client).
+    assert exposed_metric_names() <= names | {"jobqueue_jobs"}
+    assert not [n for n in names if n.endswith("_created")]
+
+
+async def test_ten_thousand_job_types_and_hostile_names_keep_the_exposition_valid(
+    db_dsn: str,
+) -> None:
+    await execute(db_dsn, "INSERT INTO job (job_type) SELECT g FROM generate_series(1, 10000) AS g")
+    hostile = {1: 'quo"te', 2: "back\\slash", 3: "new\nline", 4: "ünïcødé ✓"}
+    poller = make_poller(fast_settings(db_dsn, job_types=hostile, max_job_types=50))
+    try:
+        assert await poller.collect_once()
+        text = render(build_registry(poller))
+    finally:
+        await poller.database.close()
+    done = promtool_check_metrics(text)
+    assert done.returncode == 0, done.stdout + done.stderr
+    samples = parse(text.decode())
+    pending = {
+        dict(labels)["job_type"]: value
+        for (name, labels), value in samples.items()
+        if name == "jobqueue_jobs" and dict(labels)["status"] == "pending"
+    }
+    assert len(pending) == 51  # 50 labels, then "other"
+    assert {hostile[i] for i in hostile} <= set(pending)
+    assert pending["other"] == 10000 - 50
+    assert sum(pending.values()) == 10000
+    assert samples[("jobqueue_exporter_job_types_folded", ())] == 10000 - 50
