@@ -8,6 +8,7 @@ asyncpg's exception tree and no message carries the DSN.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import time
 from dataclasses import dataclass, field
@@ -161,7 +162,9 @@ class Database:
             raise translate(exc) from None
         finally:
             if broken:
-                conn.terminate()
+                # When the server went away the pool may already have detached the connection.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
             await pool.release(conn)
         snapshot = Snapshot(
             taken_at=now,
@@ -257,6 +260,7 @@ def translate(exc: BaseException) -> DatabaseError:
         | ConnectionError
         | asyncpg.PostgresConnectionError
         | asyncpg.InterfaceError
+        | asyncpg.InternalClientError
         | asyncpg.CannotConnectNowError
         | asyncpg.AdminShutdownError,
     ):
