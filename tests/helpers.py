@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -54,3 +55,17 @@ def value(
 ) -> float:
     """One sample's value; KeyError when absent."""
     return samples[(name, tuple(sorted(labels.items())))]
+
+
+class RawRecords(logging.Handler):
+    """Keeps every record's unredacted text, to prove the code never logs a secret at all."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage() + " " + repr(getattr(record, "fields", ""))
+        if record.exc_info:
+            text += logging.Formatter().formatException(record.exc_info)
+        self.lines.append(text)

@@ -18,21 +18,7 @@ from exporter.demo.cluster import Cluster
 from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
 from tests.conftest import execute
-from tests.helpers import fast_settings, parse, value
-
-
-class RawRecords(logging.Handler):
-    """Keeps every record's unredacted text, to prove the code never logs a secret at all."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage() + " " + repr(getattr(record, "fields", ""))
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
+from tests.helpers import RawRecords, fast_settings, parse, value
 
 
 @pytest.fixture

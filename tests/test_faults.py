@@ -34,7 +34,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
 from tests.conftest import execute, fetchval
-from tests.helpers import fast_settings, parse, value
+from tests.helpers import RawRecords, fast_settings, parse, value
 from tests.tcp_proxy import TcpProxy
 from tests.test_exactness import assert_exact
 
@@ -47,20 +47,6 @@ COUNT_EXPORTER_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE applicati
 
 
 # --- fixtures and helpers ---------------------------------------------------------------------
-
-
-class RawRecords(logging.Handler):
-    """Keeps every record's unredacted text, to prove the code never logs a secret at all."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage() + " " + repr(getattr(record, "fields", ""))
-        if record.exc_info:
-            text += logging.Formatter().formatException(record.exc_info)
-        self.lines.append(text)
 
 
 @dataclass
