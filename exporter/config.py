@@ -148,6 +148,18 @@ class AlertSettings:
     collection_slow_ratio: float = 0.8
     collection_slow_for: float = 900.0
     missing_index_for: float = 3600.0
+    # Queue alerts lose their series once the exporter withdraws stale gauges (3 intervals)
+    # or stops being scraped, long before JobQueueDatabaseUnreachable or JobQueueExporterDown
+    # fires and inhibits them: keep_firing_for: holds them until then (0 turns it off).
+    keep_firing_for: float | None = None
+
+    @property
+    def effective_keep_firing_for(self) -> float:
+        """keep_firing_for: of the queue alerts; unset, the longer blinding for: plus 2m."""
+        if self.keep_firing_for is not None:
+            return self.keep_firing_for
+        # Two minutes cover the evaluation and scrape intervals on both sides of the gap.
+        return max(self.database_unreachable_for, self.exporter_down_for) + 120.0
 
 
 @dataclass(frozen=True)

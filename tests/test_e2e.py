@@ -61,6 +61,10 @@ ALERTS = dataclasses.replace(
     deadline_kills_window=30,
     deadline_kills_for=1,
     database_unreachable_for=2,
+    # The exporter withdraws the stuck gauge 3 intervals (1.5 s) into the outage: the queue
+    # alerts must outlive JobQueueDatabaseUnreachable's 2 s for:, its evaluation and delivery,
+    # like the default (its for: plus 2m) does with 30 s evaluations.
+    keep_firing_for=30,
 )
 
 
@@ -90,10 +94,9 @@ async def test_alerts_travel_from_the_queue_to_the_webhook_and_are_inhibited(
     fresh_cluster.create_database("queue")
     dsn = fresh_cluster.dsn("queue")
     await prepare_database(dsn)
-    # Queue gauges are held for a minute after the last success (default: three intervals):
-    # with the default the stuck gauge vanishes before JobQueueDatabaseUnreachable's for:
-    # elapses and there would be nothing left to inhibit.
-    exporter = Exporter(fast_settings(dsn, interval=0.5, staleness_limit=60.0))
+    # Default staleness (three intervals): the stuck gauge vanishes before
+    # JobQueueDatabaseUnreachable fires, and keep_firing_for: must hold the stuck alert.
+    exporter = Exporter(fast_settings(dsn, interval=0.5))
     fleet = Fleet(dsn, FleetConfig.fast(enqueue_rate=30.0, p_deadline=0.05))
     async with aiohttp.ClientSession() as http, webhook_receiver() as hook:
         with processes() as started:
@@ -256,6 +259,9 @@ async def _database_down_inhibits_queue_alerts(
         )
 
     await wait_until(stuck_inhibited, "JobQueueJobsStuck to be inhibited", explain)
+    # Its gauge was withdrawn before the cause fired, yet the pager heard no "resolved".
+    resolved = hook.find("JobQueueJobsStuck", status="resolved", job_type=str(STUCK_TYPE))
+    assert not resolved, resolved
     # The inhibiting alert itself is active, not suppressed.
     sources = [a for a in listed if a["labels"]["alertname"] == "JobQueueDatabaseUnreachable"]
     assert sources, explain()
