@@ -360,3 +360,16 @@ def test_lint_reports_a_bad_alert() -> None:
         "promql/fragile",
     ):
         assert expected in problems
+
+
+def test_queue_alerts_keep_firing_through_an_outage_and_health_alerts_do_not() -> None:
+    from exporter.rules import HEALTH_ALERTS
+
+    settings = AlertSettings(cost_budget_usd_per_hour=50.0)
+    for alert in _alerts(settings):
+        if alert["alert"] in HEALTH_ALERTS:
+            assert "keep_firing_for" not in alert, alert["alert"]
+        else:
+            assert alert["keep_firing_for"] == "7m", alert["alert"]
+    for alert in _alerts(dataclasses.replace(settings, keep_firing_for=0)):
+        assert "keep_firing_for" not in alert, alert["alert"]
