@@ -20,7 +20,7 @@ from aiohttp import web
 from exporter import __version__, webconfig
 from exporter.config import Settings, parse_listen_address
 from exporter.db import ConnectOptions, Database
-from exporter.metrics import CONTENT_TYPE, Registry, build_registry, render
+from exporter.metrics import CONTENT_TYPE, render
 from exporter.poller import Poller
 
 log = logging.getLogger(__name__)
@@ -28,42 +28,64 @@ log = logging.getLogger(__name__)
 POLLER_KEY = web.AppKey("poller", Poller)
 SETTINGS_KEY = web.AppKey("settings", Settings)
 WATCHER_KEY = web.AppKey("web_config", webconfig.WebConfigWatcher)
-# A rendered exposition is reused until the next collection (or for at most this long), so
-# fifty concurrent scrapers cost one rendering, not fifty.
-RENDER_MAX_AGE = 1.0
+# A rendered exposition is reused until the next collection, so fifty concurrent scrapers
+# cost one rendering, not fifty; past this age it is renewed anyway (process_* metrics move).
+RENDER_MAX_AGE = 5.0
 
 
 class _Exposition:
-    """Caches the rendered /metrics body per collection."""
+    """Renders /metrics once per collection, in a worker thread, from a copy of the state.
 
-    def __init__(self, poller: Poller, registry: Registry) -> None:
+    Rendering a few thousand series takes tens of milliseconds of Python; done on the event
+    loop it would hold every scrape in flight behind it. Scrapes that arrive while a new
+    rendering is under way get the previous one: it is at most one collection old.
+    """
+
+    def __init__(self, poller: Poller) -> None:
         self.poller = poller
-        self.registry = registry
         self._key: tuple[int, bool] | None = None
-        self._body = b""
+        self._body: bytes | None = None
         self._rendered_at = 0.0
+        self._pending: asyncio.Task[bytes] | None = None
 
-    def body(self) -> bytes:
+    def refresh(self) -> None:
+        """Start a new rendering if the state changed (called after every collection too)."""
         key = (self.poller.generation, self.poller.fresh())
-        now = time.monotonic()
-        if key != self._key or now - self._rendered_at > RENDER_MAX_AGE:
-            self._body = render(self.registry)
+        stale = key != self._key or time.monotonic() - self._rendered_at > RENDER_MAX_AGE
+        if stale and self._pending is None:
             self._key = key
-            self._rendered_at = now
+            self._pending = asyncio.create_task(self._render())
+
+    async def body(self) -> bytes:
+        self.refresh()
+        if self._body is None and self._pending is not None:
+            await asyncio.shield(self._pending)
+        assert self._body is not None
         return self._body
 
+    async def _render(self) -> bytes:
+        try:
+            body = await asyncio.to_thread(render, self.poller.view())
+            self._body = body
+            self._rendered_at = time.monotonic()
+            return body
+        finally:
+            self._pending = None
 
-def create_app(settings: Settings, poller: Poller, registry: Registry) -> web.Application:
+
+def create_app(settings: Settings, poller: Poller) -> web.Application:
     """The aiohttp application with every route; no start-up work."""
     watcher = webconfig.WebConfigWatcher(settings.web.config_file)
     app = web.Application(middlewares=webconfig.middlewares(watcher), client_max_size=1024)
     app[WATCHER_KEY] = watcher
     app[POLLER_KEY] = poller
     app[SETTINGS_KEY] = settings
-    exposition = _Exposition(poller, registry)
+    exposition = _Exposition(poller)
+    # Render as soon as a collection ends, so scrapes rarely see the previous one.
+    poller.listeners.append(exposition.refresh)
 
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=exposition.body(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=await exposition.body(), headers={"Content-Type": CONTENT_TYPE})
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")
@@ -125,8 +147,7 @@ class Exporter:
         self.settings = settings
         self.database = Database(connect_options(settings))
         self.poller = Poller(settings, self.database)
-        self.registry = build_registry(self.poller)
-        self.app = create_app(settings, self.poller, self.registry)
+        self.app = create_app(settings, self.poller)
         self._runner: web.AppRunner | None = None
         self._poll_task: asyncio.Task[None] | None = None
         self.port: int | None = None

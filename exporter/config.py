@@ -172,6 +172,15 @@ class Settings:
     log: LogSettings = field(default_factory=LogSettings)
     alerts: AlertSettings = field(default_factory=AlertSettings)
 
+    def __repr__(self) -> str:
+        # A DSN pasted into the wrong setting must not print its password either.
+        text = (
+            f"Settings(database={self.database!r}, collect={self.collect!r}, web={self.web!r}, "
+            f"log={self.log!r}, alerts={self.alerts!r})"
+        )
+        password = self.database.password
+        return redact_dsn(text.replace(password, "***") if password else text)
+
 
 # --- The loader -------------------------------------------------------------------------------
 
@@ -659,6 +668,8 @@ def _read_password_file(path: str) -> str:
         raise ConfigError(f"{key}: {path} is not a UTF-8 text file") from None
     except OSError as exc:
         raise ConfigError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path: the OS cannot even look for it
+        raise ConfigError(f"{key}: {path!r} is not a usable file name") from None
     password = content.rstrip("\r\n")
     if not password:
         raise ConfigError(f"{key}: {path} is empty")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -26,10 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from exporter import __version__
-from exporter.model import ActiveStats, Histogram
-
-if TYPE_CHECKING:
-    from exporter.poller import Poller
+from exporter.model import ActiveStats, ExporterView, Histogram
 
 STATUSES = ("pending", "running", "dead", "done")
 STUCK_REASONS = ("lease_expired", "overrun")
@@ -39,7 +35,6 @@ MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
 ERROR_REASONS = ("timeout", "lock", "connection", "query", "schema", "permission", "internal")
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-Registry = CollectorRegistry
 
 _EVERY = "Collected every interval in the background, not on scrape."
 
@@ -313,34 +308,33 @@ def _histogram(name: str) -> HistogramMetricFamily:
 
 
 class QueueCollector(Collector):
-    """Renders the poller's latest state as metric families, fresh on every scrape."""
+    """Renders one ExporterView as metric families, built fresh on every collect()."""
 
-    def __init__(self, poller: Poller) -> None:
-        self.poller = poller
+    def __init__(self, view: ExporterView) -> None:
+        self.view = view
 
     def collect(self) -> Iterator[Metric]:
-        """Yield every family; queue gauges only while the last success is fresh."""
-        poller = self.poller
-        if poller.snapshot is not None and poller.fresh():
+        """Yield every family; queue gauges only when the view has a (fresh) snapshot."""
+        if self.view.snapshot is not None:
             yield from self._snapshot_families()
         yield from self._counter_families()
         yield from self._health_families()
 
     def _snapshot_families(self) -> Iterator[Metric]:
-        poller = self.poller
-        snapshot = poller.snapshot
+        view = self.view
+        snapshot = view.snapshot
         assert snapshot is not None
-        labels = poller.labels
+        label_of = view.label_of
         by_label: dict[str, list[ActiveStats]] = {}
         dead: dict[str, int] = {}
         done: dict[str, int] = {}
         for job_type, stats in snapshot.active.items():
-            by_label.setdefault(labels.label(job_type), []).append(stats)
+            by_label.setdefault(label_of[job_type], []).append(stats)
         for job_type, n in snapshot.dead.items():
-            label = labels.label(job_type)
+            label = label_of[job_type]
             dead[label] = dead.get(label, 0) + n
         for job_type, n in (snapshot.done or {}).items():
-            label = labels.label(job_type)
+            label = label_of[job_type]
             done[label] = done.get(label, 0) + n
         statuses = (
             ("pending", "running", "dead", "done")
@@ -360,7 +354,7 @@ class QueueCollector(Collector):
         running_oldest = _gauge("jobqueue_running_oldest_seconds")
         # Every label seen so far is exported, with zeros, so a status that empties reads 0
         # rather than vanishing (alerts and rate() need the series to exist).
-        for label in labels.labels:
+        for label in view.labels:
             group = by_label.get(label, [])
             counts = {
                 "pending": sum(s.pending for s in group),
@@ -392,9 +386,8 @@ class QueueCollector(Collector):
         )
 
     def _counter_families(self) -> Iterator[Metric]:
-        poller = self.poller
-        tallies = poller.tallies
-        labels = poller.labels.labels
+        tallies = self.view.tallies
+        labels = self.view.labels
         enqueued = _counter("jobqueue_jobs_enqueued")
         completed = _counter("jobqueue_jobs_completed")
         failures = _counter("jobqueue_job_failures")
@@ -427,10 +420,10 @@ class QueueCollector(Collector):
         yield malformed
 
     def _health_families(self) -> Iterator[Metric]:
-        poller = self.poller
-        health = poller.health
+        view = self.view
+        health = view.health
         up = _gauge("jobqueue_up")
-        up.add_metric([], 1 if health.up and poller.fresh() else 0)
+        up.add_metric([], 1 if view.up else 0)
         last = _gauge("jobqueue_exporter_last_success_timestamp_seconds")
         last.add_metric([], health.last_success_at)
         collections = _counter("jobqueue_exporter_collections")
@@ -443,7 +436,7 @@ class QueueCollector(Collector):
         duration = _gauge("jobqueue_exporter_collection_duration_seconds")
         duration.add_metric([], health.collection_duration)
         timeout = _gauge("jobqueue_exporter_collection_timeout_seconds")
-        timeout.add_metric([], poller.settings.collect.timeout)
+        timeout.add_metric([], view.collection_timeout)
         queries = _gauge("jobqueue_exporter_query_duration_seconds")
         for query, seconds in sorted(health.query_durations.items()):
             queries.add_metric([query], seconds)
@@ -451,9 +444,9 @@ class QueueCollector(Collector):
         for index, flag in sorted(health.missing_indexes.items()):
             missing.add_metric([index], flag)
         tracked = _gauge("jobqueue_exporter_tracked_jobs")
-        tracked.add_metric([], poller.tracker.tracked)
+        tracked.add_metric([], view.tracked)
         folded = _gauge("jobqueue_exporter_job_types_folded")
-        folded.add_metric([], len(poller.labels.folded))
+        folded.add_metric([], view.folded)
         build = _gauge("jobqueue_exporter_build_info")
         build.add_metric([__version__], 1)
         yield from (
@@ -462,18 +455,18 @@ class QueueCollector(Collector):
         )  # fmt: skip
 
 
-def build_registry(poller: Poller, *, process_metrics: bool = True) -> CollectorRegistry:
-    """A private registry holding the queue collector (and process_* metrics)."""
+def build_registry(view: ExporterView, *, process_metrics: bool = True) -> CollectorRegistry:
+    """A private registry holding the queue collector for one view (and process_* metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(QueueCollector(poller))
+    registry.register(QueueCollector(view))
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry
 
 
-def render(registry: CollectorRegistry) -> bytes:
-    """The text exposition of a registry."""
-    return generate_latest(registry)
+def render(view: ExporterView, *, process_metrics: bool = True) -> bytes:
+    """The text exposition of one view (safe to call from a worker thread)."""
+    return generate_latest(build_registry(view, process_metrics=process_metrics))
 
 
 def reference_table() -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
 OTHER_LABEL = "other"
@@ -150,6 +150,24 @@ class Tallies:
     wait: dict[str, Histogram] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
 
+    def copy(self) -> Tallies:
+        """An independent copy (the HTTP side renders from copies, never from live state)."""
+        return Tallies(
+            self.duration_bounds,
+            self.wait_bounds,
+            self.latency_bounds,
+            Counter(self.enqueued),
+            Counter(self.completed),
+            Counter(self.failures),
+            Counter(self.dead),
+            Counter(self.requeued),
+            dict(self.cost),
+            Counter(self.malformed),
+            {k: replace(v, counts=list(v.counts)) for k, v in self.duration.items()},
+            {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
+            {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
+        )
+
     def add_cost(self, label: str, component: str, usd: float) -> None:
         """Add spend to one (job_type, component) counter."""
         key = (label, component)
@@ -168,3 +186,34 @@ class Tallies:
         if found is None:
             found = table[label] = Histogram(bounds)
         return found
+
+
+@dataclass
+class Health:
+    """The exporter's own figures, exported as jobqueue_up and jobqueue_exporter_*."""
+
+    up: bool = False
+    last_success_at: float = 0.0  # database clock
+    last_success_monotonic: float | None = None
+    collections: int = 0
+    errors: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    collection_duration: float = 0.0
+    query_durations: dict[str, float] = field(default_factory=dict)
+    missing_indexes: dict[str, int] = field(default_factory=dict)
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class ExporterView:
+    """A consistent copy of everything /metrics shows, taken between two collections."""
+
+    snapshot: Snapshot | None  # None while stale: queue gauges are withdrawn
+    label_of: dict[int, str]
+    labels: tuple[str, ...]
+    folded: int
+    tallies: Tallies
+    health: Health
+    up: bool
+    collection_timeout: float
+    tracked: int

@@ -13,11 +13,11 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 from exporter.config import Settings
 from exporter.db import INDEX_FILE, REQUIRED_INDEXES, Database, DatabaseError
-from exporter.model import JobTypeLabels, Snapshot, Tallies
+from exporter.model import ExporterView, Health, JobTypeLabels, Snapshot, Tallies
 from exporter.results import ResultPaths
 from exporter.tracker import Tracker, TrackerOptions
 
@@ -28,22 +28,6 @@ PURGE_CHECK_EVERY = 20
 # Indexes are looked for again every this many cycles, so creating them later is noticed.
 INDEX_CHECK_EVERY = 40
 BACKOFF_FIRST = 1.0
-
-
-@dataclass
-class Health:
-    """The exporter's own figures, exported as jobqueue_up and jobqueue_exporter_*."""
-
-    up: bool = False
-    last_success_at: float = 0.0  # database clock
-    last_success_monotonic: float | None = None
-    collections: int = 0
-    errors: Counter[str] = field(default_factory=Counter)
-    skipped: int = 0
-    collection_duration: float = 0.0
-    query_durations: dict[str, float] = field(default_factory=dict)
-    missing_indexes: dict[str, int] = field(default_factory=dict)
-    last_error: str | None = None
 
 
 class Poller:
@@ -87,6 +71,8 @@ class Poller:
         self._cycle = 0
         self._indexes_checked_at: int | None = None
         self._finished = asyncio.Condition()
+        # Called (synchronously, on the event loop) after every collection.
+        self.listeners: list[Callable[[], None]] = []
 
     def fresh(self) -> bool:
         """True when the last success is recent enough to serve the queue gauges."""
@@ -94,6 +80,29 @@ class Poller:
         if at is None:
             return False
         return self._monotonic() - at <= self.settings.collect.effective_staleness_limit
+
+    def view(self) -> ExporterView:
+        """Copy what /metrics shows, so rendering can run off the event loop."""
+        fresh = self.fresh()
+        snapshot = self.snapshot if fresh else None
+        job_types = [*snapshot.active, *snapshot.dead, *(snapshot.done or {})] if snapshot else []
+        health = replace(
+            self.health,
+            errors=Counter(self.health.errors),
+            query_durations=dict(self.health.query_durations),
+            missing_indexes=dict(self.health.missing_indexes),
+        )
+        return ExporterView(
+            snapshot=snapshot,
+            label_of={job_type: self.labels.label(job_type) for job_type in job_types},
+            labels=tuple(self.labels.labels),
+            folded=len(self.labels.folded),
+            tallies=self.tallies.copy(),
+            health=health,
+            up=self.health.up and fresh,
+            collection_timeout=self.settings.collect.timeout,
+            tracked=self.tracker.tracked,
+        )
 
     async def run(self) -> None:
         """Collect forever: on the interval when healthy, with capped jittered backoff when not."""
@@ -161,6 +170,8 @@ class Poller:
         finally:
             health.collection_duration = self._monotonic() - started
             self.generation += 1
+            for listener in self.listeners:
+                listener()
             async with self._finished:
                 self._finished.notify_all()
         return health.up

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import connect_options
 from exporter.config import CollectSettings, DatabaseSettings, Settings, WebSettings
 from exporter.db import Database
-from exporter.metrics import build_registry, render
+from exporter.metrics import render
 from exporter.poller import Poller
 
 
@@ -35,9 +35,12 @@ def make_poller(settings: Settings) -> Poller:
     return Poller(settings, Database(connect_options(settings)))
 
 
-def scrape(poller: Poller) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(poller: Poller) -> Samples:
     """Render the poller's metrics and parse them back: {(sample name, sorted labels): value}."""
-    text = render(build_registry(poller, process_metrics=False)).decode()
+    text = render(poller.view(), process_metrics=False).decode()
     return parse(text)
 
 

@@ -637,3 +637,9 @@ def test_random_flags_and_environment_give_settings_or_config_error(
 ) -> None:
     environ = {SPECS[key].env: value for key, value in env.items()}
     _load_or_config_error(None, environ, flags)
+
+
+def test_password_file_name_with_a_nul_byte_is_a_config_error() -> None:
+    # Found by the property test below: open() raises ValueError, not OSError, for it.
+    with pytest.raises(ConfigError, match=r"database\.password_file"):
+        load_settings(None, {"JOBQUEUE_EXPORTER_DATABASE_PASSWORD_FILE": "a\x00b"}, {})

@@ -6,7 +6,7 @@ import asyncio
 import subprocess
 
 from exporter.demo.fleet import Fleet, FleetConfig
-from exporter.metrics import build_registry, exposed_metric_names, render
+from exporter.metrics import exposed_metric_names, render
 from tests.conftest import execute
 from tests.helpers import fast_settings, make_poller, parse
 
@@ -32,7 +32,7 @@ async def test_exposition_of_a_live_queue_passes_promtool_check_metrics(db_dsn: 
         await asyncio.sleep(2.0)
         await fleet.pause()
         assert await poller.collect_once()
-        text = render(build_registry(poller))
+        text = render(poller.view())
     finally:
         await fleet.stop()
         await poller.database.close()
@@ -53,7 +53,7 @@ async def test_ten_thousand_job_types_and_hostile_names_keep_the_exposition_vali
     poller = make_poller(fast_settings(db_dsn, job_types=hostile, max_job_types=50))
     try:
         assert await poller.collect_once()
-        text = render(build_registry(poller))
+        text = render(poller.view())
     finally:
         await poller.database.close()
     done = promtool_check_metrics(text)
