@@ -53,7 +53,10 @@ async def scalar(http: aiohttp.ClientSession, url: str, expr: str) -> float:
 async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_path: Path) -> None:
     # Every job type has a job before the exporter starts, so every counter series exists
     # (at 0) before its first increment: increase() cannot miss a first sample.
-    await execute(db_dsn, "INSERT INTO job (job_type) SELECT g FROM generate_series(1, 4) AS g")
+    await execute(
+        db_dsn,
+        "INSERT INTO job (job_type, max_attempts) SELECT g, 1 FROM generate_series(1, 4) AS g",
+    )
     exporter = Exporter(fast_settings(db_dsn, interval=0.5))
     # One attempt per job, no reaping, no requeues, well-formed results: the queue's looser
     # row-based figures then count the same events as the exporter's transition counters.
@@ -90,17 +93,23 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                 await fleet.pause()
                 await exporter.poller.wait_for_success()
                 await exporter.poller.wait_for_success()
-                await asyncio.sleep(4.0)  # scrapes and rule evaluations of the final state
                 queue = dict((await fetch(db_dsn, QUEUE_SQL, since))[0])
                 url = prometheus.url
-                # The counters the rules are built on equal the queue's figures exactly.
+                # The counters the rules are built on equal the queue's figures exactly, once
+                # Prometheus has scraped the final state (waited for: CI machines are loaded).
                 exact = {
                     "dead_1h": "sum(max without(instance) (jobqueue_jobs_dead_total))",
                     "deadline_1h": 'sum(max without(instance) (jobqueue_job_failures_total{reason="deadline"}))',
                     "jobs": "sum(max without(instance) (jobqueue_jobs_completed_total))",
                 }
                 for field, expr in exact.items():
-                    assert await scalar(http, url, expr) == queue[field], field
+                    for _ in range(40):
+                        got = await scalar(http, url, expr)
+                        if got == queue[field]:
+                            break
+                        await asyncio.sleep(0.5)
+                    assert got == queue[field], (field, got, queue[field])
+                await asyncio.sleep(3.0)  # rule evaluations (every second) of the final state
                 cost = await scalar(http, url, "sum(jobqueue_cost_usd_total)")
                 assert math.isclose(cost, queue["cost_usd"], rel_tol=1e-9, abs_tol=1e-9)
                 # The recording rules: increase() extrapolates a little past the last sample,
