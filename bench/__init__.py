@@ -1,0 +1,1 @@
+"""The benchmark: what the exporter costs the queue's database, beside the queue's own reports."""

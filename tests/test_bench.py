@@ -1,0 +1,63 @@
+"""CI smoke test of the benchmark: the quick variant runs end to end and writes its JSON."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+def test_quick_benchmark_writes_every_figure(tmp_path: Path) -> None:
+    """``python -m bench --quick`` finishes within a minute and reports every part of the issue."""
+    began = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-peer", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    elapsed = time.monotonic() - began
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert elapsed < 60, f"quick benchmark took {elapsed:.0f} s"
+    report = json.loads((tmp_path / "results.json").read_text())
+    assert {"machine", "plan", "sizes", "table", "quick"} <= report.keys()
+    assert report["quick"] is True
+    (size,) = report["sizes"]
+    assert size["rows"] == 20_000
+    expected = {
+        "build_seconds", "table_bytes", "exporter_cycle", "queue_reports", "ratio",
+        "write_overhead", "serving", "footprint", "exporter_connections",
+        "exporter_metric_query_ms",
+    }  # fmt: skip
+    assert expected <= size.keys()
+    cycle = size["exporter_cycle"]
+    assert {"snapshot", "dead", "changes"} <= cycle["queries_ms"].keys()
+    assert cycle["total_ms"] > 0
+    # The exporter's reads go through its indexes, never through the whole table.
+    assert cycle["seq_scan_on_job"] is False
+    assert size["queue_reports"]["ops_ms"] > 0
+    assert size["queue_reports"]["cost_buckets_ms"] > 0
+    writes = size["write_overhead"]
+    assert writes["with"]["jobs_per_s"] > 0
+    assert writes["without"]["jobs_per_s"] > 0
+    assert set(writes["index_bytes"]) == {
+        "job_exporter_active_idx", "job_exporter_updated_at_idx", "job_exporter_dead_idx",
+    }  # fmt: skip
+    assert size["serving"]["requests"] > 0
+    assert size["serving"]["errors"] == 0
+    assert size["serving"]["body_bytes"] > 1000
+    assert size["footprint"]["rss_max_bytes"] > 0
+    assert 1 <= size["exporter_connections"] <= 2
+    # The table printed matches the JSON.
+    assert "20,000 rows" in report["table"]
+    assert "20,000 rows" in done.stdout
