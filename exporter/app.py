@@ -25,8 +25,6 @@ from exporter.poller import Poller
 
 log = logging.getLogger(__name__)
 
-POLLER_KEY = web.AppKey("poller", Poller)
-SETTINGS_KEY = web.AppKey("settings", Settings)
 WATCHER_KEY = web.AppKey("web_config", webconfig.WebConfigWatcher)
 # A rendered exposition is reused until the next collection, so fifty concurrent scrapers
 # cost one rendering, not fifty; past this age it is renewed anyway (process_* metrics move).
@@ -78,8 +76,6 @@ def create_app(settings: Settings, poller: Poller) -> web.Application:
     watcher = webconfig.WebConfigWatcher(settings.web.config_file)
     app = web.Application(middlewares=webconfig.middlewares(watcher), client_max_size=1024)
     app[WATCHER_KEY] = watcher
-    app[POLLER_KEY] = poller
-    app[SETTINGS_KEY] = settings
     exposition = _Exposition(poller)
     # Render as soon as a collection ends, so scrapes rarely see the previous one.
     poller.listeners.append(exposition.refresh)

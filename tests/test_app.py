@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from pathlib import Path
 
 import aiohttp
+import bcrypt
 import pytest
 
 from exporter.app import Exporter
@@ -129,5 +132,46 @@ async def test_landing_page_names_the_exporter_and_links_metrics(db_dsn: str) ->
         assert 'href="/custom"' in body
         assert (await get(exporter.port, "/custom"))[0] == 200
         assert (await get(exporter.port, "/metrics"))[0] == 404
+    finally:
+        await exporter.stop()
+
+
+def basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+async def test_real_exporter_refuses_bad_requests_and_requires_auth_when_configured(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    web_config = tmp_path / "web.yml"
+    hashed = bcrypt.hashpw(b"scrape-secret", bcrypt.gensalt(rounds=4)).decode()
+    web_config.write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
+    settings = fast_settings(db_dsn)
+    settings = replace(settings, web=replace(settings.web, config_file=str(web_config)))
+    exporter = Exporter(settings)
+    await exporter.start()
+    try:
+        base = f"http://127.0.0.1:{exporter.port}"
+        good = {"Authorization": basic("prometheus", "scrape-secret")}
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/metrics") as r:
+                assert r.status == 401
+                assert r.headers["WWW-Authenticate"].startswith("Basic")
+            async with http.get(
+                f"{base}/metrics", headers={"Authorization": basic("prometheus", "no")}
+            ) as r:
+                assert r.status == 401
+            async with http.get(f"{base}/healthz") as r:
+                assert r.status == 200
+            async with http.get(f"{base}/metrics", headers=good) as r:
+                assert r.status == 200
+            async with http.post(f"{base}/metrics", headers=good, data=b"x") as r:
+                assert r.status in (400, 405, 413)
+            async with http.get(f"{base}/metrics", headers={**good, "X-Big": "a" * 20000}) as r:
+                assert 400 <= r.status < 500
+            async with http.get(f"{base}/%2e%2e/%2e%2e/etc/passwd", headers=good) as r:
+                assert r.status in (400, 404)
+            async with http.get(f"{base}/metrics", headers=good) as r:  # still serving
+                assert r.status == 200
     finally:
         await exporter.stop()
