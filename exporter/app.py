@@ -11,6 +11,7 @@ import contextlib
 import html
 import logging
 import signal
+import sys
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -185,6 +186,9 @@ class Exporter:
 
 async def serve(settings: Settings, *, banner: str | None = None) -> None:
     """Run until SIGTERM or SIGINT."""
+    # /metrics is rendered in a worker thread; with the default 5 ms GIL switch interval a
+    # scrape arriving meanwhile can wait that long for the event loop. 0.5 ms keeps it short.
+    sys.setswitchinterval(0.0005)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -114,6 +114,7 @@ class Database:
         since: float | None,
         stuck_threshold: float,
         done_count: bool,
+        count_dead: bool = True,
         baseline_window: float = 0.0,
         check_ids: list[str] | None = None,
     ) -> Reading:
@@ -140,7 +141,7 @@ class Database:
 
                 now = (await timed("now"))[0][0]
                 active_rows = await timed("snapshot", stuck_threshold)
-                dead_rows = await timed("dead")
+                dead_rows = await timed("dead") if count_dead else None
                 done_rows = await timed("done") if done_count else None
                 if since is None:
                     # The baseline also keeps the rows changed within the tolerance window
@@ -169,7 +170,7 @@ class Database:
         snapshot = Snapshot(
             taken_at=now,
             active={r["job_type"]: _active_stats(r) for r in active_rows},
-            dead={r["job_type"]: r["jobs"] for r in dead_rows},
+            dead={r["job_type"]: r["jobs"] for r in dead_rows} if dead_rows is not None else None,
             done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
         )
         return Reading(snapshot, changed, active, existing, durations)

@@ -330,7 +330,7 @@ class QueueCollector(Collector):
         done: dict[str, int] = {}
         for job_type, stats in snapshot.active.items():
             by_label.setdefault(label_of[job_type], []).append(stats)
-        for job_type, n in snapshot.dead.items():
+        for job_type, n in (snapshot.dead or {}).items():
             label = label_of[job_type]
             dead[label] = dead.get(label, 0) + n
         for job_type, n in (snapshot.done or {}).items():

@@ -54,7 +54,7 @@ class Snapshot:
 
     taken_at: float
     active: dict[int, ActiveStats]
-    dead: dict[int, int]
+    dead: dict[int, int] | None  # None when this cycle did not recount the dead letter
     done: dict[int, int] | None = None
 
 

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 PURGE_CHECK_EVERY = 20
 # Indexes are looked for again every this many cycles, so creating them later is noticed.
 INDEX_CHECK_EVERY = 40
+# Counting the dead letter costs O(dead rows) (9 ms for 50,000 at 10M rows in the benchmark);
+# in between recounts the gauge follows the deaths and requeues the tracker sees. A recount
+# also absorbs what the tracker cannot see (dead rows purged, deaths stamped before start).
+DEAD_RECOUNT_EVERY = 20
 BACKOFF_FIRST = 1.0
 
 
@@ -70,6 +74,8 @@ class Poller:
         self.generation = 0  # bumped after every collection, for render caches
         self._cycle = 0
         self._indexes_checked_at: int | None = None
+        self._dead: dict[int, int] = {}
+        self._dead_counted_at: int | None = None
         self._finished = asyncio.Condition()
         # Called (synchronously, on the event loop) after every collection.
         self.listeners: list[Callable[[], None]] = []
@@ -85,7 +91,9 @@ class Poller:
         """Copy what /metrics shows, so rendering can run off the event loop."""
         fresh = self.fresh()
         snapshot = self.snapshot if fresh else None
-        job_types = [*snapshot.active, *snapshot.dead, *(snapshot.done or {})] if snapshot else []
+        job_types = (
+            [*snapshot.active, *(snapshot.dead or {}), *(snapshot.done or {})] if snapshot else []
+        )
         health = replace(
             self.health,
             errors=Counter(self.health.errors),
@@ -184,6 +192,11 @@ class Poller:
         ):
             await self._check_indexes()
         baseline = not self.tracker.started
+        recount_dead = (
+            baseline
+            or self._dead_counted_at is None
+            or self._cycle - self._dead_counted_at >= DEAD_RECOUNT_EVERY
+        )
         check_ids = None
         if not baseline and self._cycle % PURGE_CHECK_EVERY == 0:
             check_ids = self.tracker.active_ids_not_in_window() or None
@@ -191,6 +204,7 @@ class Poller:
             since=None if baseline else self.tracker.since(),
             stuck_threshold=collect.stuck_threshold,
             done_count=collect.done_count,
+            count_dead=recount_dead,
             baseline_window=collect.commit_lag_tolerance,
             check_ids=check_ids,
         )
@@ -207,10 +221,18 @@ class Poller:
                 purged = [i for i in check_ids if i not in reading.existing and i not in changed]
                 self.tracker.forget(purged)
             self.tracker.apply(now, reading.changed)
-        for job_type in [*reading.snapshot.active, *reading.snapshot.dead]:
+        if reading.snapshot.dead is not None:
+            self._dead = dict(reading.snapshot.dead)
+            self._dead_counted_at = self._cycle
+        else:
+            for job_type, change in self.tracker.dead_delta.items():
+                self._dead[job_type] = max(0, self._dead.get(job_type, 0) + change)
+        snapshot = replace(reading.snapshot, dead=dict(self._dead))
+        for job_type in [*snapshot.active, *self._dead]:
             self.labels.label(job_type)
-        self.snapshot = reading.snapshot
-        self.health.query_durations = reading.durations
+        self.snapshot = snapshot
+        # The last run of each query: the dead count does not run every cycle.
+        self.health.query_durations = {**self.health.query_durations, **reading.durations}
         self.health.last_success_at = now
 
     async def _check_indexes(self) -> None:

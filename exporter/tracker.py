@@ -11,6 +11,7 @@ between two cycles. See docs/exactness.md for the argument and its limits.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
@@ -65,6 +66,9 @@ class Tracker:
         self._known: dict[str, Seen] = {}
         self._started_at: float | None = None  # database time of the baseline
         self._last_at: float | None = None  # database time of the last applied cycle
+        # Change in the number of DEAD rows per job_type during the last apply(), so the
+        # dead-letter gauge can be kept current without counting the dead letter every cycle.
+        self.dead_delta: Counter[int] = Counter()
 
     @property
     def started(self) -> bool:
@@ -97,6 +101,7 @@ class Tracker:
         if self._started_at is None or self._last_at is None:
             raise RuntimeError("apply() before baseline()")
         window_start = self._last_at - self.options.commit_lag_tolerance
+        self.dead_delta = Counter()
         for row in changed:
             self._apply_row(row, window_start)
         self._last_at = now
@@ -135,11 +140,13 @@ class Tracker:
                 # Unknown yet old: at the last cycle it was neither active nor recently changed,
                 # so it was DEAD (DONE never changes again). It has been requeued since.
                 tallies.requeued[label] += 1
+                self.dead_delta[row.job_type] -= 1
             previous = _FRESH
         elif known.status == DEAD or known.status == DONE:
             if known.status == DONE:
                 return  # DONE is terminal in the queue; a changed DONE row is not ours to count
             tallies.requeued[label] += 1
+            self.dead_delta[row.job_type] -= 1
             previous = _FRESH
         elif _requeued_meanwhile(known, row):
             # The job died and was requeued between two cycles: its attempts went down, or a new
@@ -169,6 +176,7 @@ class Tracker:
             self._count_failures(row, previous, label, failures)
         if row.status == DEAD:
             self.tallies.dead[(label, self._latest_reason(row))] += 1
+            self.dead_delta[row.job_type] += 1
         if completed:
             self._count_completion(row, label)
 

@@ -170,3 +170,34 @@ async def test_every_query_runs_read_only_with_timeouts_and_application_name(db_
     finally:
         await p.database.close()
     assert await fetchval(db_dsn, "SELECT count(*) FROM job") == 0
+
+
+async def test_dead_letter_gauge_follows_deaths_and_requeues_between_recounts(
+    db_dsn: str, poller: Poller
+) -> None:
+    await insert(db_dsn, 6, 4, attempts=1, error="boom")
+    assert await poller.collect_once()  # baseline: an exact count
+    assert value(scrape(poller), "jobqueue_jobs", job_type="6", status="dead") == 1
+    # Two deaths and one requeue between recounts: followed from the transitions.
+    await insert(db_dsn, 6, 2, started_ago=1, lease_in=60, attempts=1)
+    await insert(db_dsn, 6, 2, started_ago=1, lease_in=60, attempts=1)
+    assert await poller.collect_once()
+    await execute(
+        db_dsn, "UPDATE job SET status = 4, last_error = 'x', updated_at = now() WHERE status = 2"
+    )
+    await execute(
+        db_dsn,
+        "UPDATE job SET status = 1, attempts = 0, last_error = NULL, updated_at = now() "
+        "WHERE job_id = (SELECT job_id FROM job WHERE status = 4 ORDER BY created_at LIMIT 1)",
+    )
+    assert await poller.collect_once()
+    samples = scrape(poller)
+    assert value(samples, "jobqueue_jobs", job_type="6", status="dead") == 2
+    assert value(samples, "jobqueue_jobs_requeued_total", job_type="6") == 1
+    # A purge is invisible to the tracker: the next recount corrects the gauge.
+    await execute(db_dsn, "DELETE FROM job WHERE status = 4")
+    assert await poller.collect_once()
+    assert value(scrape(poller), "jobqueue_jobs", job_type="6", status="dead") == 2  # not recounted
+    for _ in range(25):
+        assert await poller.collect_once()
+    assert value(scrape(poller), "jobqueue_jobs", job_type="6", status="dead") == 0

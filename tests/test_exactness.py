@@ -20,6 +20,7 @@ import pytest
 from exporter.config import Settings
 from exporter.demo.fleet import Fleet, FleetConfig, Tally
 from exporter.poller import Poller
+from tests.conftest import fetch
 from tests.helpers import fast_settings, make_poller
 
 pytestmark = pytest.mark.slow
@@ -109,6 +110,15 @@ def assert_exact(poller: Poller, truth: Tally) -> None:
                 assert cumulative == sum(1 for v in values if v <= bound), (name, lab, le)
 
 
+async def assert_dead_gauge_matches_table(poller: Poller, dsn: str) -> None:
+    """The dead-letter gauge, kept from transitions between recounts, equals the table."""
+    rows = await fetch(dsn, "SELECT job_type, count(*) AS n FROM job WHERE status = 4 GROUP BY 1")
+    assert poller.snapshot is not None
+    assert {k: v for k, v in (poller.snapshot.dead or {}).items() if v} == {
+        r["job_type"]: r["n"] for r in rows
+    }
+
+
 async def test_counters_equal_ground_truth_through_hazards_and_a_restart(db_dsn: str) -> None:
     # Backoff and run time longer than several collection intervals, so that each failure's
     # message is read before the next attempt overwrites it: reasons are then exact too.
@@ -132,6 +142,7 @@ async def test_counters_equal_ground_truth_through_hazards_and_a_restart(db_dsn:
 
 
 async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
+    db_dsn = fleet.dsn
     await fleet.start()
     await asyncio.sleep(1.5)  # history before the exporter starts: must not be counted
     await fleet.pause()
@@ -158,6 +169,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             await asyncio.gather(*late)
             await fleet.pause()
             await settle(first)
+            await assert_dead_gauge_matches_table(first, db_dsn)
         truth = fleet.tally.since(before)
         assert fleet.errors == 0
         burst_label = first.labels.label(BURST_TYPE)
@@ -192,6 +204,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             await asyncio.sleep(3.0)
             await fleet.pause()
             await settle(second)
+            await assert_dead_gauge_matches_table(second, db_dsn)
         truth = fleet.tally.since(before)
         assert sum(truth.completed.values()) > 20
         assert_exact(second, truth)
