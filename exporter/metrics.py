@@ -69,7 +69,8 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_jobs",
         "gauge",
         ("job_type", "status"),
-        f"Jobs currently in each status (done only with collect.done_count). {_EVERY}",
+        "Jobs currently in each status (done only with collect.done_count; dead is counted "
+        f"every 20 cycles and kept from deaths and requeues in between). {_EVERY}",
         "snapshot + dead (+ done) queries",
     ),
     _d(
