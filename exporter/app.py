@@ -36,14 +36,18 @@ class _Exposition:
     """Renders /metrics once per collection, in a worker thread, from a copy of the state.
 
     Rendering a few thousand series takes tens of milliseconds of Python; done on the event
-    loop it would hold every scrape in flight behind it. Scrapes that arrive while a new
-    rendering is under way get the previous one: it is at most one collection old.
+    loop it would hold every scrape in flight behind it. A scrape that arrives while a new
+    rendering is under way gets the previous one (its counters are one collection old) unless
+    the health verdict changed: a body that says ``jobqueue_up 1`` after a failed collection,
+    or that still carries gauges the staleness limit withdrew, is never served. Such scrapes
+    wait for the rendering that says the truth.
     """
 
     def __init__(self, poller: Poller) -> None:
         self.poller = poller
         self._key: tuple[int, bool] | None = None
         self._body: bytes | None = None
+        self._verdict: tuple[bool, bool] | None = None  # (up, fresh) the body was rendered with
         self._rendered_at = 0.0
         self._pending: asyncio.Task[bytes] | None = None
 
@@ -56,16 +60,27 @@ class _Exposition:
             self._pending = asyncio.create_task(self._render())
 
     async def body(self) -> bytes:
+        """The newest rendering whose health verdict matches the poller's."""
         self.refresh()
-        if self._body is None and self._pending is not None:
+        # A rendering that started before the verdict changed is followed by one that starts
+        # after it; the bound only guards against a verdict that flips on every rendering.
+        for _ in range(3):
+            if self._body is not None and self._verdict == self.poller.verdict():
+                break
+            if self._pending is None:
+                self._key = None
+                self.refresh()
+            assert self._pending is not None
             await asyncio.shield(self._pending)
         assert self._body is not None
         return self._body
 
     async def _render(self) -> bytes:
         try:
-            body = await asyncio.to_thread(render, self.poller.view())
+            view = self.poller.view()
+            body = await asyncio.to_thread(render, view)
             self._body = body
+            self._verdict = (view.up, view.snapshot is not None)
             self._rendered_at = time.monotonic()
             return body
         finally:

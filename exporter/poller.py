@@ -87,6 +87,11 @@ class Poller:
             return False
         return self._monotonic() - at <= self.settings.collect.effective_staleness_limit
 
+    def verdict(self) -> tuple[bool, bool]:
+        """(up, fresh) as /metrics must show them now: the part of it that may never lag."""
+        fresh = self.fresh()
+        return (self.health.up and fresh, fresh)
+
     def view(self) -> ExporterView:
         """Copy what /metrics shows, so rendering can run off the event loop."""
         fresh = self.fresh()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -10,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import connect_options
 from exporter.config import CollectSettings, DatabaseSettings, Settings, WebSettings
 from exporter.db import Database
+from exporter.demo.fleet import Fleet
 from exporter.metrics import render
 from exporter.poller import Poller
 
@@ -72,3 +75,14 @@ class RawRecords(logging.Handler):
         if record.exc_info:
             text += logging.Formatter().formatException(record.exc_info)
         self.lines.append(text)
+
+
+async def wait_for_completions(fleet: Fleet, count: int, limit: float = 120.0) -> None:
+    """Let the fleet run until it has completed ``count`` more jobs (an amount of work, not of
+    time, so a loaded machine runs the same scenario, only slower)."""
+    target = sum(fleet.tally.completed.values()) + count
+    deadline = time.monotonic() + limit
+    while sum(fleet.tally.completed.values()) < target:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the fleet completed fewer than {count} jobs in {limit:g}s")
+        await asyncio.sleep(0.05)

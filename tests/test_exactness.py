@@ -21,7 +21,7 @@ from exporter.config import Settings
 from exporter.demo.fleet import Fleet, FleetConfig, Tally
 from exporter.poller import Poller
 from tests.conftest import fetch
-from tests.helpers import fast_settings, make_poller
+from tests.helpers import fast_settings, make_poller, wait_for_completions
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +144,7 @@ async def test_counters_equal_ground_truth_through_hazards_and_a_restart(db_dsn:
 async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
     db_dsn = fleet.dsn
     await fleet.start()
-    await asyncio.sleep(1.5)  # history before the exporter starts: must not be counted
+    await wait_for_completions(fleet, 20)  # history before the exporter starts: not counted
     await fleet.pause()
 
     first = make_poller(settings)
@@ -157,7 +157,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
                 asyncio.create_task(fleet.commit_late(5.0, job_type=7, action=action))
                 for action in ("enqueue", "complete", "fail")
             ]
-            await asyncio.sleep(3.0)
+            await wait_for_completions(fleet, 60)
             # Several transitions of one job between two collections: hold the loop around it.
             loop_task.cancel()
             await asyncio.gather(loop_task, return_exceptions=True)
@@ -165,7 +165,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             await fleet.burst(BURST_TYPE)
             assert await first.collect_once()
         async with running(first):
-            await asyncio.sleep(3.0)
+            await wait_for_completions(fleet, 30)
             await asyncio.gather(*late)
             await fleet.pause()
             await settle(first)
@@ -201,7 +201,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             await second.wait_for_success()
             before = fleet.tally.snapshot()
             fleet.resume()
-            await asyncio.sleep(3.0)
+            await wait_for_completions(fleet, 30)
             await fleet.pause()
             await settle(second)
             await assert_dead_gauge_matches_table(second, db_dsn)

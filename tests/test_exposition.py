@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.metrics import exposed_metric_names, render
 from tests.conftest import execute
-from tests.helpers import fast_settings, make_poller, parse
+from tests.helpers import fast_settings, make_poller, parse, wait_for_completions
 
 PROMTOOL = "/usr/bin/promtool"
 
@@ -29,7 +28,7 @@ async def test_exposition_of_a_live_queue_passes_promtool_check_metrics(db_dsn: 
     try:
         assert await poller.collect_once()
         await fleet.start()
-        await asyncio.sleep(2.0)
+        await wait_for_completions(fleet, 30)
         await fleet.pause()
         assert await poller.collect_once()
         text = render(poller.view())

@@ -34,7 +34,14 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
 from tests.conftest import execute, fetchval
-from tests.helpers import RawRecords, fast_settings, parse, value
+from tests.helpers import (
+    RawRecords,
+    Samples,
+    fast_settings,
+    parse,
+    value,
+    wait_for_completions,
+)
 from tests.tcp_proxy import TcpProxy
 from tests.test_exactness import assert_exact
 
@@ -129,14 +136,28 @@ async def get(port: int | None, path: str) -> tuple[int, str, float]:
 
 
 async def assert_serving(
-    exporter: Exporter, up: int
-) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """/metrics and /healthz answer at once, and /metrics says jobqueue_up is ``up``."""
-    status, body, elapsed = await get(exporter.port, "/metrics")
-    assert status == 200, status
-    assert elapsed < 2.0, elapsed  # instant in practice; generous for a loaded CI host
-    samples = parse(body)
-    assert value(samples, "jobqueue_up") == up
+    exporter: Exporter,
+    up: int,
+    until: Callable[[Samples], bool] | None = None,
+    within: float = 30.0,
+) -> Samples:
+    """/metrics and /healthz answer at once, and /metrics says jobqueue_up is ``up``.
+
+    ``jobqueue_up`` must be right on the first scrape: /metrics never serves a rendering whose
+    health verdict is out of date. Counters may trail by one collection (a scrape that arrives
+    while the next rendering is under way gets the previous one), so ``until`` is polled.
+    """
+    started = time.monotonic()
+    while True:
+        status, body, elapsed = await get(exporter.port, "/metrics")
+        assert status == 200, status
+        assert elapsed < 2.0, elapsed  # instant in practice; generous for a loaded CI host
+        samples = parse(body)
+        assert value(samples, "jobqueue_up") == up
+        if until is None or until(samples):
+            break
+        assert time.monotonic() - started < within, "/metrics never reached the expected state"
+        await asyncio.sleep(0.05)
     status, _, elapsed = await get(exporter.port, "/healthz")
     assert status == 200, status
     assert elapsed < 2.0, elapsed  # instant in practice; generous for a loaded CI host
@@ -262,13 +283,20 @@ async def test_access_exclusive_lock_counts_errors_never_exceeds_two_connections
         async with table_locked(env.admin):
             locked_at = time.monotonic()
             figure("lock: detection (s)", await wait_until(lambda: not poller.health.up))
+            # /metrics and /healthz keep answering, once a second, for as long as the lock holds.
             while time.monotonic() - locked_at < LOCK_HOLD:
-                samples = await assert_serving(exporter, up=0)
+                await assert_serving(exporter, up=0)
                 await asyncio.sleep(1.0)
             failed = poller.health.errors["lock"] + poller.health.errors["timeout"]
             assert poller.health.errors["lock"] >= 1
             assert failed >= LOCK_HOLD / 2, poller.health.errors  # kept trying, ~1 per 0.5-0.7 s
-            assert value(samples, "jobqueue_exporter_collection_errors_total", reason="lock") >= 1
+            await assert_serving(
+                exporter,
+                up=0,
+                until=lambda s: (
+                    value(s, "jobqueue_exporter_collection_errors_total", reason="lock") >= 1
+                ),
+            )
             figure("lock: failed collections while locked", failed)
         released_at = time.monotonic()
         await poller.wait_for_success()
@@ -417,9 +445,12 @@ async def test_statement_timeout_cancels_slow_queries_as_timeout_and_recovers(en
             figure("statement timeout: detection (s)", detection)
             assert "statement timeout" in (poller.health.last_error or "")
             assert poller.health.collection_duration < 2.0  # 0.3 s, not collect.timeout's 5 s
-            samples = await assert_serving(exporter, up=0)
-            assert (
-                value(samples, "jobqueue_exporter_collection_errors_total", reason="timeout") >= 2
+            await assert_serving(
+                exporter,
+                up=0,
+                until=lambda s: (
+                    value(s, "jobqueue_exporter_collection_errors_total", reason="timeout") >= 2
+                ),
             )
         released_at = time.monotonic()
         await poller.wait_for_success()
@@ -439,8 +470,13 @@ async def test_changed_schema_is_named_in_the_error_and_does_not_crash_loop(env:
         env.cluster.start()
         await wait_until(lambda: poller.health.errors["schema"] >= 1 and not poller.health.up)
         assert '"job" does not exist' in (poller.health.last_error or "")
-        samples = await assert_serving(exporter, up=0)
-        assert value(samples, "jobqueue_exporter_collection_errors_total", reason="schema") >= 1
+        await assert_serving(
+            exporter,
+            up=0,
+            until=lambda s: (
+                value(s, "jobqueue_exporter_collection_errors_total", reason="schema") >= 1
+            ),
+        )
         # No crash loop: it keeps collecting at most once per interval-ish, logging once.
         errors, started = poller.health.errors["schema"], time.monotonic()
         await wait_until(lambda: poller.health.errors["schema"] >= errors + 5)
@@ -486,7 +522,7 @@ async def test_fast_and_immediate_shutdowns_lose_and_double_count_no_transition(
     fleet = Fleet(env.admin, config)
     try:
         await fleet.start()
-        await asyncio.sleep(1.0)  # history before the exporter starts: not counted
+        await wait_for_completions(fleet, 5)  # history before the exporter starts: not counted
         await fleet.pause()
         async with running(settings) as exporter:
             poller = exporter.poller
@@ -494,7 +530,7 @@ async def test_fast_and_immediate_shutdowns_lose_and_double_count_no_transition(
             before = fleet.tally.snapshot()
             for mode, during in SHUTDOWNS:
                 fleet.resume()
-                await asyncio.sleep(1.5)
+                await wait_for_completions(fleet, 5)
                 # The fleet is held so that its own errors cannot spoil the tally; transitions
                 # it committed just now are not read yet when the server goes away.
                 await fleet.pause()
@@ -518,7 +554,7 @@ async def test_fast_and_immediate_shutdowns_lose_and_double_count_no_transition(
                     time.monotonic() - started_at,
                 )
             fleet.resume()
-            await asyncio.sleep(1.5)
+            await wait_for_completions(fleet, 5)
             await fleet.pause()
             for _ in range(3):
                 await poller.wait_for_success()

@@ -22,7 +22,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.rules import render_rules
 from tests.conftest import execute, fetch
 from tests.e2e_stack import processes, prometheus_query, start_prometheus, wait_ready
-from tests.helpers import fast_settings
+from tests.helpers import fast_settings, wait_for_completions
 
 pytestmark = pytest.mark.e2e
 
@@ -87,9 +87,18 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                     await asyncio.sleep(0.5)
                 else:
                     pytest.fail("Prometheus never scraped the exporter")
-                await asyncio.sleep(2.0)  # a few samples at zero first
+                # A few samples at zero first, so increase() sees every counter start.
+                for _ in range(120):
+                    seen = await prometheus_query(
+                        http, prometheus.url, "count_over_time(jobqueue_jobs_completed_total[5m])"
+                    )
+                    if seen and min(float(r["value"][1]) for r in seen) >= 3:
+                        break
+                    await asyncio.sleep(0.5)
+                else:
+                    pytest.fail("Prometheus never took three samples of the counters")
                 await fleet.start()
-                await asyncio.sleep(20.0)
+                await wait_for_completions(fleet, 400)  # about 20 s on an idle machine
                 await fleet.pause()
                 await exporter.poller.wait_for_success()
                 await exporter.poller.wait_for_success()
@@ -103,17 +112,17 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                     "jobs": "sum(max without(instance) (jobqueue_jobs_completed_total))",
                 }
                 for field, expr in exact.items():
-                    for _ in range(40):
+                    for _ in range(120):
                         got = await scalar(http, url, expr)
                         if got == queue[field]:
                             break
                         await asyncio.sleep(0.5)
                     assert got == queue[field], (field, got, queue[field])
-                await asyncio.sleep(3.0)  # rule evaluations (every second) of the final state
                 cost = await scalar(http, url, "sum(jobqueue_cost_usd_total)")
                 assert math.isclose(cost, queue["cost_usd"], rel_tol=1e-9, abs_tol=1e-9)
                 # The recording rules: increase() extrapolates a little past the last sample,
-                # so allow a few percent; the ratio (mean duration) is not affected.
+                # so allow a few percent; the ratio (mean duration) is not affected. Rules are
+                # evaluated every second: wait until an evaluation has seen the final state.
                 recorded = {
                     "dead_1h": "job:jobqueue_jobs_dead:increase1h",
                     "deadline_1h": "job:jobqueue_job_failures_deadline:increase1h",
@@ -123,10 +132,19 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                     "proxy_usd": 'component:jobqueue_cost_usd:increase1h{component="proxy"}',
                 }
                 for field, expr in recorded.items():
-                    got = await scalar(http, url, expr)
-                    print(f"parity {field}: queue's SQL {queue[field]:.6g}, rule {got:.6g}")
                     assert queue[field] > 0, field
+                    for _ in range(120):
+                        got = await scalar(http, url, expr)
+                        if math.isclose(got, queue[field], rel_tol=0.1):
+                            break
+                        await asyncio.sleep(0.5)
+                    print(f"parity {field}: queue's SQL {queue[field]:.6g}, rule {got:.6g}")
                     assert math.isclose(got, queue[field], rel_tol=0.1), (field, got, queue[field])
+                for _ in range(120):
+                    mean = await scalar(http, url, "job:jobqueue_job_duration_seconds:mean1h")
+                    if math.isclose(mean, queue["avg_ms"] / 1000, rel_tol=1e-6):
+                        break
+                    await asyncio.sleep(0.5)
                 mean = await scalar(http, url, "job:jobqueue_job_duration_seconds:mean1h")
                 assert math.isclose(mean, queue["avg_ms"] / 1000, rel_tol=1e-6), (
                     mean,
