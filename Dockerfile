@@ -54,8 +54,8 @@ EXPOSE 10049
 
 # /healthz only says the process serves HTTP (it never touches the database), so a database
 # outage does not get the container restarted. Slim images have no curl: Python's urllib it
-# is. The port follows JOBQUEUE_EXPORTER_WEB_LISTEN_ADDRESS when that moves it.
+# is. The port follows (the first address of) JOBQUEUE_EXPORTER_WEB_LISTEN_ADDRESS.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('JOBQUEUE_EXPORTER_WEB_LISTEN_ADDRESS', ':10049').rpartition(':')[2]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
+    CMD ["python", "-c", "import os, urllib.request; port = os.environ.get('JOBQUEUE_EXPORTER_WEB_LISTEN_ADDRESS', ':10049').split(',')[0].rpartition(':')[2]; urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4)"]
 
 ENTRYPOINT ["jobqueue-exporter"]

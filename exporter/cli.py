@@ -14,12 +14,12 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn, TextIO
 
 from exporter import __version__
-from exporter.config import (
+from exporter.logs import setup_logging
+from exporter.settings import (
     CONFIG_FILE_ENV,
-    DESCRIPTIONS,
     DSN_ENV,
     DSN_FALLBACK_ENV,
-    SPECS,
+    SETTINGS,
     ConfigError,
     Kind,
     Settings,
@@ -27,7 +27,6 @@ from exporter.config import (
     load_settings,
     redact_dsn,
 )
-from exporter.logs import setup_logging
 
 PROG = "jobqueue-exporter"
 COMMANDS = ("run", "demo", "render-rules")
@@ -43,12 +42,21 @@ database.dsn: no database to watch; give a PostgreSQL URL in one of these ways:
 
 _METAVARS = {
     Kind.STRING: "TEXT",
+    Kind.CHOICE: "WORD",
     Kind.INTEGER: "N",
     Kind.NUMBER: "NUMBER",
     Kind.DURATION: "DURATION",
+    Kind.USD: "USD",
+    Kind.RATIO: "RATIO",
+    Kind.FILE: "FILE",
+    Kind.DSN: "URL",
+    Kind.TABLE: "TABLE",
+    Kind.NAME: "NAME",
     Kind.JOB_TYPES: "N=NAME,...",
-    Kind.PATH: "KEY.KEY",
+    Kind.JSON_PATH: "KEY.KEY",
     Kind.BUCKETS: "S,S,...",
+    Kind.LISTEN_ADDRESS: "HOST:PORT",
+    Kind.URL_PATH: "PATH",
 }
 
 
@@ -108,25 +116,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="a Prometheus rule file, or a Prometheus Operator PrometheusRule resource",
     )
     groups: dict[str, argparse._ArgumentGroup] = {}
-    for key, spec in SPECS.items():
-        group = groups.get(spec.section)
+    for key, setting in SETTINGS.items():
+        group = groups.get(setting.section)
         if group is None:
-            group = groups[spec.section] = parser.add_argument_group(f"{spec.section} settings")
-        help_text = DESCRIPTIONS.get(key, "alert rule setting, see docs/configuration.md")
-        help_text = f"{help_text} (env {spec.env})".replace("%", "%%")
-        if spec.kind is Kind.BOOLEAN:
+            group = groups[setting.section] = parser.add_argument_group(
+                f"{setting.section} settings"
+            )
+        help_text = f"{setting.spec.help} (env {setting.env})".replace("%", "%%")
+        if setting.kind is Kind.BOOLEAN:
             group.add_argument(
-                spec.flag,
+                setting.flag,
                 dest=key,
                 action=argparse.BooleanOptionalAction,
                 default=argparse.SUPPRESS,
                 help=help_text,
             )
+        elif setting.kind is Kind.LISTEN_ADDRESS:
+            # Repeatable, like the Go exporters' --web.listen-address (IPv4 and IPv6 at once).
+            group.add_argument(
+                setting.flag,
+                dest=key,
+                action="append",
+                metavar=_METAVARS[setting.kind],
+                default=argparse.SUPPRESS,
+                help=help_text,
+            )
         else:
             group.add_argument(
-                spec.flag,
+                setting.flag,
                 dest=key,
-                metavar=_METAVARS[spec.kind],
+                metavar=_METAVARS[setting.kind],
                 default=argparse.SUPPRESS,
                 help=help_text,
             )
@@ -137,8 +156,14 @@ def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str,
     """Resolve the settings from parsed flags, the environment and the config file they name."""
     flags: dict[str, str] = {}
     for key, value in vars(namespace).items():
-        if key in SPECS:
-            flags[key] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if key not in SETTINGS:
+            continue
+        if isinstance(value, bool):
+            flags[key] = "true" if value else "false"
+        elif isinstance(value, list):
+            flags[key] = ",".join(value)
+        else:
+            flags[key] = str(value)
     config_file = namespace.config_file or environ.get(CONFIG_FILE_ENV) or None
     return load_settings(config_file, environ, flags)
 
@@ -205,15 +230,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
         return EXIT_USAGE
 
-    password = settings.database.password
-    setup_logging(settings.log.level, settings.log.format, [password] if password else [])
+    setup_logging(settings.log.level, settings.log.format, settings.passwords)
     if command == "render-rules":
         return _render_rules(settings, namespace.format, namespace.output)
-    from exporter.app import run, run_demo
-    from exporter.webconfig import WebConfigError
+    from exporter.demo import run_demo
+    from exporter.service import run
+    from exporter.web.validate import WebConfigError
 
-    if command != "demo" and settings.database.dsn is None:
-        _write(sys.stderr, f"{PROG}: configuration error:\n{MISSING_DSN}")
+    missing = [queue.name for queue in settings.queues if queue.database.dsn is None]
+    if command != "demo" and missing:
+        if len(settings.queues) > 1:
+            named = ", ".join(missing)
+            text = f"database.dsn: no DSN for queue {named}; set database.dsn in its entry of "
+            text += "queues:, or at the top level for every entry"
+        else:
+            text = MISSING_DSN
+        _write(sys.stderr, f"{PROG}: configuration error:\n{text}")
         return EXIT_USAGE
     try:
         return run_demo(settings) if command == "demo" else run(settings)
@@ -221,5 +253,6 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _write(sys.stderr, f"{PROG}: web config error: {exc}")
         return EXIT_USAGE
     except OSError as exc:  # the listen address is taken or not ours to bind
-        _write(sys.stderr, f"{PROG}: cannot listen on {settings.web.listen_address}: {exc}")
+        addresses = ", ".join(settings.web.listen_address)
+        _write(sys.stderr, f"{PROG}: cannot listen on {addresses}: {exc}")
         return 1

@@ -18,14 +18,9 @@ from typing import Any
 import asyncpg
 
 from exporter.model import ActiveStats, JobRow, Snapshot
+from exporter.vocabulary import REQUIRED_INDEXES
 
 APPLICATION_NAME = "jobqueue-exporter"
-REQUIRED_INDEXES = (
-    "job_exporter_active_idx",
-    "job_exporter_updated_at_idx",
-    "job_exporter_dead_idx",
-)
-INDEX_FILE = "exporter/sql/indexes.sql"
 
 
 class DatabaseError(Exception):

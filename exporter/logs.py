@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Iterable
 from typing import TextIO
 
-from exporter.config import redact_dsn, redact_dsn_userinfo
+from exporter.settings.secrets import redact_dsn, redact_dsn_userinfo
 
 _LEVEL_NAMES = {
     logging.DEBUG: "debug",

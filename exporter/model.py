@@ -10,8 +10,10 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
-OTHER_LABEL = "other"
+from exporter.vocabulary import OTHER as OTHER_LABEL
+from exporter.vocabulary import Status
+
+PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
 
 
 @dataclass(frozen=True)
@@ -205,14 +207,16 @@ class Health:
 
 
 @dataclass(frozen=True)
-class ExporterView:
-    """A consistent copy of everything /metrics shows, taken between two collections."""
+class QueueView:
+    """A consistent copy of one queue's part of /metrics, taken between two collections."""
 
-    snapshot: Snapshot | None  # None while stale: queue gauges are withdrawn
+    queue: str  # the queue label
+    leader: bool  # only the elected collector exports the queue's series
+    snapshot: Snapshot | None  # None while stale or on a standby: queue gauges are withdrawn
     label_of: dict[int, str]
     labels: tuple[str, ...]
     folded: int
-    tallies: Tallies
+    tallies: Tallies | None  # None on a standby: it counts nothing
     health: Health
     up: bool
     collection_timeout: float

@@ -15,11 +15,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 
-from exporter.config import Settings
-from exporter.db import INDEX_FILE, REQUIRED_INDEXES, Database, DatabaseError
-from exporter.model import ExporterView, Health, JobTypeLabels, Snapshot, Tallies
+from exporter.db import Database, DatabaseError
+from exporter.model import Health, JobTypeLabels, QueueView, Snapshot, Tallies
 from exporter.results import ResultPaths
+from exporter.settings import QueueSettings
 from exporter.tracker import Tracker, TrackerOptions
+from exporter.vocabulary import INDEX_FILE, REQUIRED_INDEXES
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class Poller:
 
     def __init__(
         self,
-        settings: Settings,
+        settings: QueueSettings,
         database: Database,
         *,
         monotonic: Callable[[], float] = time.monotonic,
@@ -92,7 +93,7 @@ class Poller:
         fresh = self.fresh()
         return (self.health.up and fresh, fresh)
 
-    def view(self) -> ExporterView:
+    def view(self) -> QueueView:
         """Copy what /metrics shows, so rendering can run off the event loop."""
         fresh = self.fresh()
         snapshot = self.snapshot if fresh else None
@@ -105,7 +106,9 @@ class Poller:
             query_durations=dict(self.health.query_durations),
             missing_indexes=dict(self.health.missing_indexes),
         )
-        return ExporterView(
+        return QueueView(
+            queue=self.settings.name,
+            leader=True,
             snapshot=snapshot,
             label_of={job_type: self.labels.label(job_type) for job_type in job_types},
             labels=tuple(self.labels.labels),

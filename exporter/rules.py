@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from exporter.config import AlertSettings
+from exporter.settings import AlertSettings
 
 COMPONENT = "jobqueue"
 RECORDING_GROUP = "jobqueue-exporter.rules"

@@ -9,16 +9,25 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import connect_options
-from exporter.config import CollectSettings, DatabaseSettings, Settings, WebSettings
 from exporter.db import Database
 from exporter.demo.fleet import Fleet
 from exporter.metrics import render
 from exporter.poller import Poller
+from exporter.service import connect_options
+from exporter.settings import (
+    CollectSettings,
+    DatabaseSettings,
+    QueueSettings,
+    Settings,
+    WebSettings,
+)
+
+# The queue label of the tests' queue; value() expects it unless told another.
+QUEUE = "test"
 
 
-def fast_settings(dsn: str, **collect: object) -> Settings:
-    """Settings for a fast exporter on an ephemeral port."""
+def fast_queue(dsn: str, name: str = QUEUE, **collect: object) -> QueueSettings:
+    """One queue collected fast."""
     base = CollectSettings(
         interval=0.2,
         timeout=3.0,
@@ -26,16 +35,25 @@ def fast_settings(dsn: str, **collect: object) -> Settings:
         lock_timeout=0.5,
         commit_lag_tolerance=30.0,
     )
-    return Settings(
+    return QueueSettings(
+        name=name,
         database=DatabaseSettings(dsn=dsn, connect_timeout=2.0),
         collect=replace(base, **collect),  # type: ignore[arg-type]
-        web=WebSettings(listen_address="127.0.0.1:0"),
     )
 
 
-def make_poller(settings: Settings) -> Poller:
+def fast_settings(dsn: str, **collect: object) -> Settings:
+    """Settings for a fast exporter of one queue on an ephemeral port."""
+    return Settings(
+        queues=(fast_queue(dsn, **collect),),
+        web=WebSettings(listen_address=("127.0.0.1:0",)),
+    )
+
+
+def make_poller(settings: Settings | QueueSettings) -> Poller:
     """A poller with its own database pool (close it with ``poller.database.close()``)."""
-    return Poller(settings, Database(connect_options(settings)))
+    queue = settings.queues[0] if isinstance(settings, Settings) else settings
+    return Poller(queue, Database(connect_options(queue)))
 
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -43,7 +61,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 def scrape(poller: Poller) -> Samples:
     """Render the poller's metrics and parse them back: {(sample name, sorted labels): value}."""
-    text = render(poller.view(), process_metrics=False).decode()
+    text = render([poller.view()], process_metrics=False).decode()
     return parse(text)
 
 
@@ -59,7 +77,9 @@ def parse(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 def value(
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
-    """One sample's value; KeyError when absent."""
+    """One sample's value (of the tests' queue unless ``queue`` is given); KeyError when absent."""
+    if name != "jobqueue_exporter_build_info":
+        labels.setdefault("queue", QUEUE)
     return samples[(name, tuple(sorted(labels.items())))]
 
 

@@ -26,13 +26,13 @@ import aiohttp
 import asyncpg
 import pytest
 
-from exporter.app import Exporter
-from exporter.config import Settings
 from exporter.db import APPLICATION_NAME
 from exporter.demo.cluster import Cluster, StopMode, free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
+from exporter.service import Service
+from exporter.settings import Settings
 from tests.conftest import execute, fetchval
 from tests.helpers import (
     RawRecords,
@@ -43,11 +43,11 @@ from tests.helpers import (
     wait_for_completions,
 )
 from tests.tcp_proxy import TcpProxy
-from tests.test_exactness import assert_exact
+from tests.truth import assert_exact
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DB = "queue"
 ROLE = "watcher"
 COUNT_EXPORTER_SESSIONS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
@@ -113,9 +113,9 @@ def env(fresh_cluster: Cluster) -> Iterator[Env]:
 
 
 @contextlib.asynccontextmanager
-async def running(settings: Settings) -> AsyncIterator[Exporter]:
+async def running(settings: Settings) -> AsyncIterator[Service]:
     """An exporter in this process, stopped (and its sessions closed) at the end."""
-    exporter = Exporter(settings)
+    exporter = Service(settings)
     await exporter.start()
     try:
         yield exporter
@@ -136,7 +136,7 @@ async def get(port: int | None, path: str) -> tuple[int, str, float]:
 
 
 async def assert_serving(
-    exporter: Exporter,
+    exporter: Service,
     up: int,
     until: Callable[[Samples], bool] | None = None,
     within: float = 30.0,
@@ -278,7 +278,7 @@ async def test_access_exclusive_lock_counts_errors_never_exceeds_two_connections
 ) -> None:
     settings = fast_settings(env.dsn, interval=0.2, lock_timeout=0.5)
     async with running(settings) as exporter, SessionSampler(env.admin) as sessions:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         await poller.wait_for_success()
         async with table_locked(env.admin):
             locked_at = time.monotonic()
@@ -318,7 +318,7 @@ async def test_read_only_role_with_the_documented_grants_is_enough_and_writes_no
         "WHERE relname = 'job'"
     )
     async with running(fast_settings(env.dsn)) as exporter:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         await poller.wait_for_success()
         # The admin's own inserts are flushed to the statistics by now (its session ended).
         await wait_for_query(env.admin, writes.replace("SELECT", "SELECT 3 <=", 1))
@@ -351,7 +351,7 @@ async def test_read_only_role_with_the_documented_grants_is_enough_and_writes_no
 
 async def test_killed_backend_is_replaced_by_the_next_collection(env: Env) -> None:
     async with running(fast_settings(env.dsn)) as exporter:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         await poller.wait_for_success()
         pids = {
             r["pid"]
@@ -405,7 +405,7 @@ async def test_black_hole_times_out_at_the_collect_deadline_and_recovers(env: En
         # command timeout is longer than collect.timeout: only the exporter's deadline can act.
         settings = fast_settings(dsn, timeout=2.0, statement_timeout=5.0)
         async with running(settings) as exporter, SessionSampler(env.admin) as sessions:
-            poller = exporter.poller
+            poller = exporter.queues[0].poller
             await poller.wait_for_success()
             before = poller.health.errors["timeout"]
             proxy.blackhole()
@@ -438,7 +438,7 @@ async def test_statement_timeout_cancels_slow_queries_as_timeout_and_recovers(en
     # statement_timeout, the statement timeout is what cancels it (pg_sleep is not in our SQL).
     settings = fast_settings(env.dsn, statement_timeout=0.3, lock_timeout=30.0, timeout=5.0)
     async with running(settings) as exporter:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         await poller.wait_for_success()
         async with table_locked(env.admin):
             detection = await wait_until(lambda: poller.health.errors["timeout"] >= 2)
@@ -461,7 +461,7 @@ async def test_statement_timeout_cancels_slow_queries_as_timeout_and_recovers(en
 async def test_changed_schema_is_named_in_the_error_and_does_not_crash_loop(env: Env) -> None:
     settings = fast_settings(env.dsn, staleness_limit=1.0)
     async with running(settings) as exporter:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         await poller.wait_for_success()
 
         # The database comes back from a restart without the table.
@@ -481,7 +481,7 @@ async def test_changed_schema_is_named_in_the_error_and_does_not_crash_loop(env:
         errors, started = poller.health.errors["schema"], time.monotonic()
         await wait_until(lambda: poller.health.errors["schema"] >= errors + 5)
         rate = (poller.health.errors["schema"] - errors) / (time.monotonic() - started)
-        assert rate <= 1 / (0.5 * settings.collect.interval) + 1, rate
+        assert rate <= 1 / (0.5 * settings.queues[0].collect.interval) + 1, rate
         schema_lines = [
             line for line in env.raw.lines if "collection failed" in line and "schema" in line
         ]
@@ -525,7 +525,7 @@ async def test_fast_and_immediate_shutdowns_lose_and_double_count_no_transition(
         await wait_for_completions(fleet, 5)  # history before the exporter starts: not counted
         await fleet.pause()
         async with running(settings) as exporter:
-            poller = exporter.poller
+            poller = exporter.queues[0].poller
             await poller.wait_for_success()
             before = fleet.tally.snapshot()
             for mode, during in SHUTDOWNS:
@@ -571,7 +571,7 @@ async def test_fast_and_immediate_shutdowns_lose_and_double_count_no_transition(
 async def test_server_going_away_is_counted_as_a_connection_error(env: Env) -> None:
     settings = fast_settings(env.dsn, lock_timeout=20.0, statement_timeout=20.0, timeout=25.0)
     async with running(settings) as exporter:
-        poller = exporter.poller
+        poller = exporter.queues[0].poller
         for mode, during in SHUTDOWNS[:3]:
             await poller.wait_for_success()
             if during:
@@ -629,7 +629,7 @@ async def test_sigterm_in_the_middle_of_a_collection_exits_quickly_and_closes_co
         while True:
             try:
                 status, body, _ = await get(port, "/metrics")
-                if status == 200 and value(parse(body), "jobqueue_up") == 1:
+                if status == 200 and value(parse(body), "jobqueue_up", queue=DB) == 1:
                     break
             except (aiohttp.ClientError, KeyError):
                 pass

@@ -31,16 +31,16 @@ import yaml
 
 import exporter
 from exporter.cli import build_parser, settings_from_namespace
-from exporter.config import SPECS, AlertSettings, WebSettings, parse_listen_address
 from exporter.demo.cluster import Cluster
+from exporter.settings import SETTINGS, AlertSettings, WebSettings, parse_listen_address
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 K8S = ROOT / "deploy" / "kubernetes"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 COMPOSE = COMPOSE_DIR / "compose.yaml"
 
-DEFAULT_PORT = parse_listen_address(WebSettings().listen_address)[1]
+DEFAULT_PORT = parse_listen_address(WebSettings().listen_address[0])[1]
 TELEMETRY_PATH = WebSettings().telemetry_path
 IMAGE_REPOSITORY = "ghcr.io/jobqueue-exporter/jobqueue-exporter"
 # The rules select the exporter's series by job label; every deployment must produce it.
@@ -307,7 +307,7 @@ def run_healthcheck(port: int) -> int:
     """Run the image's HEALTHCHECK command here, pointed at a port through the environment."""
     command = healthcheck_command()
     assert command[0] == "python", "the image has no curl: the check must use Python"
-    env = {**os.environ, SPECS["web.listen_address"].env: f":{port}"}
+    env = {**os.environ, SETTINGS["web.listen_address"].env: f":{port}"}
     done = subprocess.run(
         [sys.executable, *command[1:]], env=env, capture_output=True, timeout=30, check=False
     )
@@ -328,8 +328,8 @@ def test_healthcheck_passes_on_a_healthy_healthz_and_fails_otherwise(
 
 def test_healthcheck_defaults_to_the_exporters_default_port() -> None:
     command = " ".join(healthcheck_command())
-    assert f"'{WebSettings().listen_address}'" in command
-    assert SPECS["web.listen_address"].env in command
+    assert f"'{WebSettings().listen_address[0]}'" in command
+    assert SETTINGS["web.listen_address"].env in command
     assert "/healthz" in command
 
 
@@ -559,9 +559,10 @@ def test_the_exporter_accepts_the_settings_each_deployment_gives_it(
 ) -> None:
     settings = resolve_container_settings(k8s_object("Deployment", name), tmp_path)
     secret = k8s_object("Secret", "jobqueue-exporter-db")
-    assert settings.database.dsn is not None
-    assert secret["stringData"]["password"] in settings.database.dsn
-    assert parse_listen_address(settings.web.listen_address)[1] == DEFAULT_PORT
+    (queue,) = settings.queues
+    assert queue.database.dsn is not None
+    assert secret["stringData"]["password"] in queue.database.dsn
+    assert parse_listen_address(settings.web.listen_address[0])[1] == DEFAULT_PORT
     assert settings.web.telemetry_path == TELEMETRY_PATH
 
 
@@ -678,10 +679,11 @@ def test_compose_exporter_listens_where_prometheus_scrapes_and_its_settings_load
     config_file, _ = split_args(service.get("command", []))
     assert config_file is None
     settings = settings_from_argv(service.get("command", []), dict(service["environment"]))
-    port = parse_listen_address(settings.web.listen_address)[1]
+    port = parse_listen_address(settings.web.listen_address[0])[1]
     assert port in container_ports(service)
-    assert settings.database.dsn is not None
-    assert urlsplit(settings.database.dsn).hostname == "postgres"
+    (queue,) = settings.queues
+    assert queue.database.dsn is not None
+    assert urlsplit(queue.database.dsn).hostname == "postgres"
 
 
 def test_prometheus_config_with_the_compose_mounts_resolved_passes_promtool(

@@ -28,14 +28,10 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.webconfig import (
-    WebConfig,
-    WebConfigError,
-    WebConfigWatcher,
-    load_web_config,
-    middlewares,
-    server_limits,
-)
+from exporter.web.middleware import middlewares, server_limits
+from exporter.web.validate import WebConfigError
+from exporter.web.watcher import WebConfigWatcher
+from exporter.web.webconfig import WebConfig, load_web_config
 
 PASSWORD = "correct horse"
 # Cost 4 keeps the suite fast; the code path is the same as for cost 10.
@@ -351,7 +347,7 @@ async def test_broken_replacement_keeps_the_last_good_certificate(
     )
     async with serve(watcher) as port:
         (tls_dir / "tls.crt").write_text("-----BEGIN CERTIFICATE-----\ngarbage\n")
-        with caplog.at_level(logging.ERROR, logger="exporter.webconfig"):
+        with caplog.at_level(logging.ERROR, logger="exporter.web.watcher"):
             assert _common_name(await _peer_cert(port, _client_ctx(pki))) == "server-1"
             assert _common_name(await _peer_cert(port, _client_ctx(pki))) == "server-1"
         errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
@@ -848,7 +844,7 @@ def test_unreadable_file_is_an_error(tmp_path: Path) -> None:
 
 
 def test_the_example_in_the_docs_loads(tls_dir: Path) -> None:
-    docs = (Path(__file__).parent.parent / "docs" / "security.md").read_text()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "security.md").read_text()
     example = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
     (tls_dir / "web.yml").write_text(example)
     config = load_web_config(str(tls_dir / "web.yml"))

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import AlertSettings
 from exporter.rules import alerting_rules
+from exporter.settings import AlertSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "alerts" / "alertmanager.yml"
 
 

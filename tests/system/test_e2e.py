@@ -20,12 +20,12 @@ import aiohttp
 import asyncpg
 import pytest
 
-from exporter.app import Exporter
-from exporter.config import AlertSettings
 from exporter.demo.cluster import Cluster
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import DEADLINE_ERROR, JobQueue, prepare_database
 from exporter.rules import render_rules
+from exporter.service import Service
+from exporter.settings import AlertSettings
 from tests.dashboard_checks import panel_queries
 from tests.e2e_stack import (
     JOB_NAME,
@@ -96,7 +96,7 @@ async def test_alerts_travel_from_the_queue_to_the_webhook_and_are_inhibited(
     await prepare_database(dsn)
     # Default staleness (three intervals): the stuck gauge vanishes before
     # JobQueueDatabaseUnreachable fires, and keep_firing_for: must hold the stuck alert.
-    exporter = Exporter(fast_settings(dsn, interval=0.5))
+    exporter = Service(fast_settings(dsn, interval=0.5))
     fleet = Fleet(dsn, FleetConfig.fast(enqueue_rate=30.0, p_deadline=0.05))
     async with aiohttp.ClientSession() as http, webhook_receiver() as hook:
         with processes() as started:

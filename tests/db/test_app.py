@@ -16,12 +16,12 @@ import aiohttp
 import bcrypt
 import pytest
 
-from exporter.app import Exporter
 from exporter.demo.cluster import Cluster
 from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
+from exporter.service import Service
 from tests.conftest import execute
-from tests.helpers import RawRecords, Samples, fast_settings, parse, value
+from tests.helpers import QUEUE, RawRecords, Samples, fast_settings, parse, value
 
 
 @pytest.fixture
@@ -79,13 +79,13 @@ async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
     await execute(admin, "INSERT INTO job (job_type) VALUES (5)")
     cluster.stop("fast")
     settings = fast_settings(dsn, staleness_limit=1.0)
-    exporter = Exporter(settings)
+    exporter = Service(settings)
     await exporter.start()
     port = exporter.port
     assert port
     try:
         # Down at start: served anyway, fast, with up 0 and not ready.
-        await exporter.poller.wait_for_collections(2)
+        await exporter.queues[0].poller.wait_for_collections(2)
         samples = await scrape_until(
             port,
             lambda s: (
@@ -105,7 +105,7 @@ async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
         cluster.stop("immediate")
         samples = await scrape_until(port, lambda s: not [k for k in s if k[0] == "jobqueue_jobs"])
         assert value(samples, "jobqueue_up") == 0
-        assert ("jobqueue_exporter_collections_total", ()) in samples
+        assert ("jobqueue_exporter_collections_total", (("queue", QUEUE),)) in samples
         assert (await get(port, "/readyz"))[0] == 503
 
         cluster.start()
@@ -122,11 +122,11 @@ async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
 async def test_landing_page_names_the_exporter_and_links_metrics(db_dsn: str) -> None:
     settings = fast_settings(db_dsn)
     settings = replace(settings, web=replace(settings.web, telemetry_path="/custom"))
-    exporter = Exporter(settings)
+    exporter = Service(settings)
     await exporter.start()
     try:
         assert exporter.port
-        await exporter.poller.wait_for_success()
+        await exporter.queues[0].poller.wait_for_success()
         status, body, _ = await get(exporter.port, "/")
         assert status == 200
         assert "jobqueue-exporter" in body
@@ -149,7 +149,7 @@ async def test_real_exporter_refuses_bad_requests_and_requires_auth_when_configu
     web_config.write_text(f"basic_auth_users:\n  prometheus: {hashed}\n")
     settings = fast_settings(db_dsn)
     settings = replace(settings, web=replace(settings.web, config_file=str(web_config)))
-    exporter = Exporter(settings)
+    exporter = Service(settings)
     await exporter.start()
     try:
         base = f"http://127.0.0.1:{exporter.port}"

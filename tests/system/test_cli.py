@@ -18,7 +18,7 @@ from exporter import __version__
 from exporter.cli import build_parser, main, settings_from_namespace
 from exporter.logs import setup_logging
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
 DSN_WITH_PASSWORD = f"postgresql://app:{PASSWORD}@db.example:5432/queue"
 GOOD = "collect:\n  interval: 5s\n  job_types: {1: send_email}\n"
@@ -60,14 +60,14 @@ def test_go_style_flags_reach_the_settings(tmp_path: Path) -> None:
         ]
     )
     loaded = settings_from_namespace(namespace, {})
-    assert loaded.collect.interval == 1.0
-    assert loaded.collect.statement_timeout == 2.0
-    assert loaded.collect.timeout == 3.0
-    assert loaded.collect.done_count is True
-    assert loaded.collect.job_types == {1: "send_email", 7: "scrape"}
-    assert loaded.web.listen_address == "127.0.0.1:0"
+    assert loaded.queues[0].collect.interval == 1.0
+    assert loaded.queues[0].collect.statement_timeout == 2.0
+    assert loaded.queues[0].collect.timeout == 3.0
+    assert loaded.queues[0].collect.done_count is True
+    assert loaded.queues[0].collect.job_types == {1: "send_email", 7: "scrape"}
+    assert loaded.web.listen_address == ("127.0.0.1:0",)
     assert loaded.web.config_file == "/etc/web.yml"
-    assert loaded.database.max_connections == 3
+    assert loaded.queues[0].database.max_connections == 3
     assert loaded.log.format == "json"
     assert loaded.alerts.stuck_for == 600.0
 
@@ -76,13 +76,15 @@ def test_config_file_from_flag_or_environment_and_flag_wins(tmp_path: Path) -> N
     path = write(tmp_path, "collect:\n  interval: 30s\n  done_count: true\n")
     environ = {"JOBQUEUE_EXPORTER_CONFIG_FILE": path, "JOBQUEUE_EXPORTER_COLLECT_INTERVAL": "20s"}
     from_env = settings_from_namespace(build_parser().parse_args([]), environ)
-    assert from_env.collect.done_count is True  # the file named by the environment was read
-    assert from_env.collect.interval == 20.0  # environment over file
+    assert (
+        from_env.queues[0].collect.done_count is True
+    )  # the file named by the environment was read
+    assert from_env.queues[0].collect.interval == 20.0  # environment over file
     flagged = settings_from_namespace(
         build_parser().parse_args(["--no-collect.done-count", "--collect.interval=10s"]), environ
     )
-    assert flagged.collect.done_count is False
-    assert flagged.collect.interval == 10.0
+    assert flagged.queues[0].collect.done_count is False
+    assert flagged.queues[0].collect.interval == 10.0
 
 
 # --- Exit codes and messages --------------------------------------------------------------------

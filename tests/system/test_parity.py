@@ -16,10 +16,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.app import Exporter
-from exporter.config import AlertSettings
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.rules import render_rules
+from exporter.service import Service
+from exporter.settings import AlertSettings
 from tests.conftest import execute, fetch
 from tests.e2e_stack import processes, prometheus_query, start_prometheus, wait_ready
 from tests.helpers import fast_settings, wait_for_completions
@@ -57,7 +57,7 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
         db_dsn,
         "INSERT INTO job (job_type, max_attempts) SELECT g, 1 FROM generate_series(1, 4) AS g",
     )
-    exporter = Exporter(fast_settings(db_dsn, interval=0.5))
+    exporter = Service(fast_settings(db_dsn, interval=0.5))
     # One attempt per job, no reaping, no requeues, well-formed results: the queue's looser
     # row-based figures then count the same events as the exporter's transition counters.
     fleet = Fleet(
@@ -76,8 +76,8 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                 prometheus = start_prometheus(tmp_path / "prometheus", exporter.port, 1, rules)
                 started.append(prometheus)
                 await wait_ready(prometheus, http)
-                await exporter.poller.wait_for_success()
-                since = exporter.poller.tracker._started_at
+                await exporter.queues[0].poller.wait_for_success()
+                since = exporter.queues[0].poller.tracker._started_at
                 assert since is not None
                 for _ in range(60):  # until Prometheus has scraped the exporter
                     if await prometheus_query(
@@ -100,8 +100,8 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                 await fleet.start()
                 await wait_for_completions(fleet, 400)  # about 20 s on an idle machine
                 await fleet.pause()
-                await exporter.poller.wait_for_success()
-                await exporter.poller.wait_for_success()
+                await exporter.queues[0].poller.wait_for_success()
+                await exporter.queues[0].poller.wait_for_success()
                 queue = dict((await fetch(db_dsn, QUEUE_SQL, since))[0])
                 url = prometheus.url
                 # The counters the rules are built on equal the queue's figures exactly, once

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.config import AlertSettings
 from exporter.metrics import exposed_metric_names
 from exporter.rules import (
     format_duration,
@@ -23,8 +22,9 @@ from exporter.rules import (
     runbook_url,
     selector_labels,
 )
+from exporter.settings import AlertSettings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "alerts" / "jobqueue.rules.yml"
 PROMETHEUS_RULE_FILE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))

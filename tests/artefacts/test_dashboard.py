@@ -132,7 +132,7 @@ def test_dashboard_has_the_required_top_level_fields(dashboard: dict[str, Any]) 
 
 def test_runbook_base_url_matches_the_alert_settings() -> None:
     from dashboards import build_dashboard
-    from exporter.config import AlertSettings
+    from exporter.settings import AlertSettings
 
     assert AlertSettings().runbook_base_url == build_dashboard.RUNBOOK_BASE_URL
 

@@ -11,9 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from exporter.config import (
-    DESCRIPTIONS,
-    SPECS,
+from exporter.settings import (
+    SETTINGS,
     ConfigError,
     Kind,
     Settings,
@@ -23,10 +22,11 @@ from exporter.config import (
     parse_listen_address,
     redact_dsn,
 )
+from exporter.settings.reference import reference_tables
 
 PASSWORD = "hunter2-S3cret"
 DSN_WITH_PASSWORD = f"postgresql://app:{PASSWORD}@db.example:5432/queue"
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def write(tmp_path: Path, text: str, name: str = "config.yml") -> str:
@@ -101,7 +101,7 @@ def test_parse_duration_rejects_negative_empty_and_garbage(text: str | float, me
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("colect:\n  interval: 5s\n", "colect: unknown setting (did you mean collect?)"),
+        ("colect:\n  interval: 5s\n", "colect: unknown section (did you mean collect?)"),
         (
             "collect:\n  intervall: 5s\n",
             "collect.intervall: unknown setting (did you mean collect.interval?)",
@@ -260,8 +260,11 @@ def test_unreadable_and_missing_file_is_named(tmp_path: Path) -> None:
 
 
 def test_empty_file_gives_defaults(tmp_path: Path) -> None:
-    assert load_text(tmp_path, "") == Settings()
-    assert load_text(tmp_path, "collect:\n") == Settings()
+    defaults = load_settings(None, {}, {})
+    assert load_text(tmp_path, "") == defaults
+    assert load_text(tmp_path, "collect:\n") == defaults
+    (queue,) = defaults.queues
+    assert queue.name == "default"  # no DSN to take a database name from
 
 
 def test_a_full_file_is_parsed_into_typed_values(tmp_path: Path) -> None:
@@ -294,18 +297,18 @@ alerts:
   stuck_for: 10m
 """,
     )
-    assert loaded.database.dsn == "postgresql://app@db:5432/queue"
-    assert loaded.database.table == "queue.job"
-    assert loaded.database.max_connections == 3
-    assert loaded.collect.interval == 90.0
-    assert loaded.collect.lock_timeout == 0.5
-    assert loaded.collect.staleness_limit == 300.0
-    assert loaded.collect.done_count is True
-    assert loaded.collect.job_types == {1: "send_email", 2: "scrape"}
-    assert loaded.collect.cost_ai_path == ("metrics", "cost", "ai")
-    assert loaded.collect.duration_path == ("metrics", "took.ms")
-    assert loaded.collect.duration_buckets == (0.5, 1.0, 120.0)
-    assert loaded.web.listen_address == "[::1]:9000"
+    assert loaded.queues[0].database.dsn == "postgresql://app@db:5432/queue"
+    assert loaded.queues[0].database.table == "queue.job"
+    assert loaded.queues[0].database.max_connections == 3
+    assert loaded.queues[0].collect.interval == 90.0
+    assert loaded.queues[0].collect.lock_timeout == 0.5
+    assert loaded.queues[0].collect.staleness_limit == 300.0
+    assert loaded.queues[0].collect.done_count is True
+    assert loaded.queues[0].collect.job_types == {1: "send_email", 2: "scrape"}
+    assert loaded.queues[0].collect.cost_ai_path == ("metrics", "cost", "ai")
+    assert loaded.queues[0].collect.duration_path == ("metrics", "took.ms")
+    assert loaded.queues[0].collect.duration_buckets == (0.5, 1.0, 120.0)
+    assert loaded.web.listen_address == ("[::1]:9000",)
     assert loaded.log.level == "debug"
     assert loaded.log.format == "json"
     assert loaded.alerts.cost_budget_usd_per_hour == 12.5
@@ -335,16 +338,16 @@ def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path) -> None
     }
     flags = {"collect.interval": "10s", "--collect.statement-timeout": "2s"}
     loaded = load_settings(path, environ, flags)
-    assert loaded.collect.interval == 10.0  # flag over env and file
-    assert loaded.collect.statement_timeout == 2.0  # flag (dashed) over env and file
-    assert loaded.web.listen_address == ":9002"  # env over file
+    assert loaded.queues[0].collect.interval == 10.0  # flag over env and file
+    assert loaded.queues[0].collect.statement_timeout == 2.0  # flag (dashed) over env and file
+    assert loaded.web.listen_address == (":9002",)  # env over file
     assert loaded.log.level == "warn"  # file over default
-    assert loaded.collect.timeout == 10.0  # default
+    assert loaded.queues[0].collect.timeout == 10.0  # default
 
     only_file = load_settings(path, {}, {})
-    assert only_file.collect.interval == 30.0
-    assert only_file.web.listen_address == ":9001"
-    assert load_settings(None, {}, {}).collect.interval == 15.0
+    assert only_file.queues[0].collect.interval == 30.0
+    assert only_file.web.listen_address == (":9001",)
+    assert load_settings(None, {}, {}).queues[0].collect.interval == 15.0
 
 
 def test_environment_and_flags_parse_every_kind(tmp_path: Path) -> None:
@@ -359,14 +362,14 @@ def test_environment_and_flags_parse_every_kind(tmp_path: Path) -> None:
     }
     flags = {"web.config.file": "/etc/other.yml", "collect.staleness-limit": ""}
     loaded = load_settings(None, environ, flags)
-    assert loaded.collect.done_count is True
-    assert loaded.collect.job_types == {1: "send_email", 2: "scrape"}
-    assert loaded.collect.cost_total_path == ("m", "c", "total")
-    assert loaded.collect.wait_buckets == (1.0, 2.0, 60.0)
-    assert loaded.database.max_connections == 4
+    assert loaded.queues[0].collect.done_count is True
+    assert loaded.queues[0].collect.job_types == {1: "send_email", 2: "scrape"}
+    assert loaded.queues[0].collect.cost_total_path == ("m", "c", "total")
+    assert loaded.queues[0].collect.wait_buckets == (1.0, 2.0, 60.0)
+    assert loaded.queues[0].database.max_connections == 4
     assert loaded.web.config_file == "/etc/other.yml"
     assert loaded.alerts.cost_spike_factor == 2.5
-    assert loaded.collect.staleness_limit is None
+    assert loaded.queues[0].collect.staleness_limit is None
 
 
 def test_environment_value_error_names_the_dotted_key() -> None:
@@ -389,19 +392,22 @@ def test_dsn_sources_in_order(tmp_path: Path) -> None:
         "DATABASE_URL": "postgres://url@h/db",
     }
     flag = {"database.dsn": "postgresql://flag@h/db"}
-    assert load_settings(path, environ, flag).database.dsn == "postgresql://flag@h/db"
-    assert load_settings(path, environ, {}).database.dsn == "postgresql://env@h/db"
-    assert load_settings(path, {"DATABASE_URL": "postgres://url@h/db"}, {}).database.dsn == (
-        "postgres://url@h/db"
+    assert load_settings(path, environ, flag).queues[0].database.dsn == "postgresql://flag@h/db"
+    assert load_settings(path, environ, {}).queues[0].database.dsn == "postgresql://env@h/db"
+    assert load_settings(path, {"DATABASE_URL": "postgres://url@h/db"}, {}).queues[
+        0
+    ].database.dsn == ("postgres://url@h/db")
+    assert (
+        load_settings(path, {"DATABASE_URL": ""}, {}).queues[0].database.dsn
+        == "postgresql://file@h/db"
     )
-    assert load_settings(path, {"DATABASE_URL": ""}, {}).database.dsn == "postgresql://file@h/db"
-    assert load_settings(None, {}, {}).database.dsn is None
+    assert load_settings(None, {}, {}).queues[0].database.dsn is None
 
 
 def test_database_url_is_the_fallback_without_a_file() -> None:
     loaded = load_settings(None, {"DATABASE_URL": DSN_WITH_PASSWORD}, {})
-    assert loaded.database.dsn == DSN_WITH_PASSWORD
-    assert loaded.database.password == PASSWORD
+    assert loaded.queues[0].database.dsn == DSN_WITH_PASSWORD
+    assert loaded.queues[0].database.password == PASSWORD
 
 
 def test_password_file_is_injected_percent_encoded(tmp_path: Path) -> None:
@@ -412,8 +418,11 @@ def test_password_file_is_injected_percent_encoded(tmp_path: Path) -> None:
         {"JOBQUEUE_EXPORTER_DSN": "postgresql://app@db:5432/queue?sslmode=disable"},
         {"database.password-file": str(secret)},
     )
-    assert loaded.database.dsn == "postgresql://app:p%40ss%3Aw%2Frd@db:5432/queue?sslmode=disable"
-    assert loaded.database.password == "p@ss:w/rd"
+    assert (
+        loaded.queues[0].database.dsn
+        == "postgresql://app:p%40ss%3Aw%2Frd@db:5432/queue?sslmode=disable"
+    )
+    assert loaded.queues[0].database.password == "p@ss:w/rd"
     assert "p@ss" not in repr(loaded)
 
 
@@ -452,7 +461,7 @@ def test_password_in_dsn_and_password_file_is_an_error(tmp_path: Path) -> None:
 def test_password_never_in_config_error_or_repr(tmp_path: Path) -> None:
     loaded = load_settings(None, {"DATABASE_URL": DSN_WITH_PASSWORD}, {})
     assert PASSWORD not in repr(loaded)
-    assert PASSWORD not in str(loaded.database)
+    assert PASSWORD not in str(loaded.queues[0].database)
     assert "app:***@db.example" in repr(loaded)
 
     # A bad DSN, a DSN of the wrong type, and a YAML error on the DSN's own line.
@@ -518,37 +527,154 @@ def test_bad_listen_addresses_are_rejected(address: str) -> None:
 
 def test_check_config_file_ignores_the_environment(tmp_path: Path) -> None:
     path = write(tmp_path, "collect:\n  interval: 5s\n")
-    assert check_config_file(path).collect.interval == 5.0
+    assert check_config_file(path).queues[0].collect.interval == 5.0
     with pytest.raises(ConfigError, match=r"collect\.interval"):
         check_config_file(write(tmp_path, "collect:\n  interval: x\n", "bad.yml"))
 
 
-def test_every_setting_has_a_kind_and_documentation() -> None:
+def test_every_setting_is_declared_with_a_kind_and_help_and_documented() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    for key, spec in SPECS.items():
-        assert isinstance(spec.kind, Kind)
+    for key, setting in SETTINGS.items():
+        assert isinstance(setting.kind, Kind), key
+        assert setting.spec.help.strip(), f"{key} has no help text"
         assert f"`{key}`" in docs, f"{key} is missing from docs/configuration.md"
-        assert f"`{spec.flag}`" in docs, f"{spec.flag} is missing from docs/configuration.md"
-        assert f"`{spec.env}`" in docs, f"{spec.env} is missing from docs/configuration.md"
-        if spec.section != "alerts":
-            assert key in DESCRIPTIONS, key
+        assert f"`{setting.flag}`" in docs, f"{setting.flag} is missing from docs"
+        assert f"`{setting.env}`" in docs, f"{setting.env} is missing from docs"
+    assert reference_tables() in docs, (
+        "regenerate docs/configuration.md's tables with exporter.settings.reference"
+    )
+
+
+def _example(heading: str) -> str:
+    """The first YAML block under a heading of docs/configuration.md."""
+    docs = DOCS.read_text(encoding="utf-8")
+    section = docs.split(f"\n## {heading}\n", 1)[1]
+    return section.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_documented_example_file_loads(tmp_path: Path) -> None:
-    docs = DOCS.read_text(encoding="utf-8")
-    example = docs.split("```yaml\n", 1)[1].split("```", 1)[0]
     secret = _file(tmp_path, "example-password\n")
-    example = example.replace("/run/secrets/jobqueue-exporter-db-password", secret)
+    example = _example("Example").replace("/run/secrets/jobqueue-exporter-db-password", secret)
     loaded = load_text(tmp_path, example)
-    assert loaded.collect.job_types == {1: "send_email", 2: "scrape_prices"}
-    assert loaded.database.password == "example-password"
+    assert loaded.queues[0].collect.job_types == {1: "send_email", 2: "scrape_prices"}
+    assert loaded.queues[0].database.password == "example-password"
     assert loaded.alerts.cost_budget_usd_per_hour == 20.0
+
+
+def test_the_documented_queues_example_loads_with_inheritance(tmp_path: Path) -> None:
+    orders_pw, billing_pw = _file(tmp_path, "orders-pw\n"), str(tmp_path / "billing")
+    Path(billing_pw).write_text("billing-pw\n", encoding="utf-8")
+    example = _example("One queue or several")
+    example = example.replace("/run/secrets/orders-password", orders_pw)
+    example = example.replace("/run/secrets/billing-password", billing_pw)
+    orders, billing = load_text(tmp_path, example).queues
+    assert (orders.name, billing.name) == ("orders", "billing")
+    assert (orders.database.password, billing.database.password) == ("orders-pw", "billing-pw")
+    assert (orders.database.table, billing.database.table) == ("job", "queue.job")
+    assert (orders.collect.interval, billing.collect.interval) == (15.0, 30.0)
+
+
+def test_entries_inherit_the_top_level_dsn_password_file_and_flags(tmp_path: Path) -> None:
+    secret = _file(tmp_path, "pw\n")
+    path = write(
+        tmp_path,
+        "database:\n  dsn: postgresql://app@h/shared\n"
+        f"  password_file: {secret}\n"
+        "queues:\n  - name: mail\n    database: {table: mail.job}\n"
+        "  - name: crawl\n    database: {table: crawl.job}\n    collect: {timeout: 30s}\n",
+    )
+    mail, crawl = load_settings(path, {}, {"--collect.timeout": "20s"}).queues
+    assert mail.database.dsn == crawl.database.dsn == "postgresql://app:pw@h/shared"
+    assert (mail.database.table, crawl.database.table) == ("mail.job", "crawl.job")
+    # The flag sets the top level; an entry that names the setting overrides it.
+    assert (mail.collect.timeout, crawl.collect.timeout) == (20.0, 30.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("queues: []\n", "queues: expected a non-empty list of queues"),
+        ("queues:\n  - database: {dsn: 'postgresql://a@h/x'}\n", "queues[0].name: every queue"),
+        (
+            "queues:\n  - {name: a}\n  - {name: a}\n",
+            "queues[1].name: 'a' is also the name of queues[0]",
+        ),
+        ("queues:\n  - {name: 'a b'}\n", "queues[0].queue.name: expected a name"),
+        ("queues:\n  - {name: a, web: {}}\n", "queues[0].web: unknown key"),
+        (
+            "queues:\n  - name: a\n    collect: {intervall: 1s}\n",
+            "queues[0].collect.intervall: unknown setting (did you mean collect.interval?)",
+        ),
+        (
+            "queues:\n  - name: a\n    collect: {timeout: 1s, statement_timeout: 2s}\n",
+            "queues[0].collect.timeout: must be at least collect.statement_timeout",
+        ),
+        ("queues: {a: 1}\n", "queues: expected a non-empty list"),
+    ],
+)
+def test_mistakes_in_the_queues_list_name_the_entry(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    assert expected in config_error(tmp_path, text)
+
+
+def test_queue_name_flag_names_one_queue_and_is_refused_with_a_list(tmp_path: Path) -> None:
+    path = write(tmp_path, "queues:\n  - {name: a}\n")
+    with pytest.raises(ConfigError, match=r"queue\.name: names one queue"):
+        load_settings(path, {}, {"--queue.name": "b"})
+    single = load_settings(None, {"DATABASE_URL": "postgresql://u@h/app"}, {})
+    assert single.queues[0].name == "app"  # the database name from the DSN
+    named = load_settings(None, {"DATABASE_URL": "postgresql://u@h/app"}, {"queue.name": "jobs"})
+    assert named.queues[0].name == "jobs"
+
+
+def test_a_key_written_twice_is_an_error_naming_it_and_its_lines(tmp_path: Path) -> None:
+    message = config_error(tmp_path, "collect:\n  interval: 5s\n  timeout: 9s\n  interval: 6s\n")
+    assert "duplicate key 'interval' (first at line 2)" in message
+    assert ":4:" in message  # the second one's line
+    message = config_error(tmp_path, "log: {level: info}\nlog: {format: json}\n")
+    assert "duplicate key 'log' (first at line 1)" in message
+
+
+@pytest.mark.parametrize("written", ["1h", "3600", 3600, "60m"])
+def test_failure_ratio_window_and_for_are_durations(tmp_path: Path, written: object) -> None:
+    loaded = load_text(
+        tmp_path, f"alerts:\n  failure_ratio_window: {written}\n  failure_ratio_for: 15m\n"
+    )
+    assert loaded.alerts.failure_ratio_window == 3600.0
+    assert loaded.alerts.failure_ratio_for == 900.0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("alerts:\n  failure_ratio_threshold: 1.5\n", "expected a ratio from 0 to 1"),
+        ("alerts:\n  collection_slow_ratio: 2m\n", "expected a number"),
+        ("alerts:\n  cost_spike_floor_usd: cheap\n", "expected a number"),
+    ],
+)
+def test_ratios_and_dollars_have_kinds_of_their_own(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    assert expected in config_error(tmp_path, text)
+    ratio = load_text(tmp_path, "alerts:\n  failure_ratio_threshold: 25%\n")
+    assert ratio.alerts.failure_ratio_threshold == 0.25
+    usd = load_text(tmp_path, "alerts:\n  cost_spike_floor_usd: $7.5\n")
+    assert usd.alerts.cost_spike_floor_usd == 7.5
+
+
+def test_listen_address_repeats(tmp_path: Path) -> None:
+    loaded = load_settings(None, {}, {"web.listen_address": "127.0.0.1:1,[::1]:1"})
+    assert loaded.web.listen_address == ("127.0.0.1:1", "[::1]:1")
+    listed = load_text(tmp_path, "web:\n  listen_address: [':2', '[::]:3']\n")
+    assert listed.web.listen_address == (":2", "[::]:3")
+    assert "is listed twice" in config_error(tmp_path, "web:\n  listen_address: [':2', ':2']\n")
 
 
 # --- Property: the loader raises nothing but ConfigError ------------------------------------
 
-_KNOWN_SECTIONS = sorted({spec.section for spec in SPECS.values()})
-_KNOWN_NAMES = sorted({spec.name for spec in SPECS.values()})
+_KNOWN_SECTIONS = sorted({s.section for s in SETTINGS.values()} | {"queues"})
+_KNOWN_NAMES = sorted({s.name for s in SETTINGS.values()})
 _text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 _scalars = (
     st.none()
@@ -593,7 +719,9 @@ _documents = st.dictionaries(
     st.none() | _sections | _values,
     max_size=5,
 )
-_flag_maps = st.dictionaries(st.sampled_from(sorted(SPECS)), _text | _scalars.map(str), max_size=4)
+_flag_maps = st.dictionaries(
+    st.sampled_from(sorted(SETTINGS)), _text | _scalars.map(str), max_size=4
+)
 
 
 def _load_or_config_error(path: str | None, environ: dict[str, str], flags: dict[str, str]) -> None:
@@ -635,7 +763,7 @@ def test_random_yaml_text_gives_settings_or_config_error(
 def test_random_flags_and_environment_give_settings_or_config_error(
     flags: dict[str, str], env: dict[str, str]
 ) -> None:
-    environ = {SPECS[key].env: value for key, value in env.items()}
+    environ = {SETTINGS[key].env: value for key, value in env.items()}
     _load_or_config_error(None, environ, flags)
 
 

@@ -1,0 +1,217 @@
+"""The collector: each queue's view turned into metric families, rebuilt on every rendering.
+
+Label values that vanished from a queue vanish from the exposition by themselves; rendering
+never touches the database and runs in a worker thread on a copy of the state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from exporter import __version__
+from exporter.metrics.definitions import BY_NAME
+from exporter.model import ActiveStats, Histogram, QueueView
+from exporter.vocabulary import (
+    COLLECTION_ERROR_REASONS,
+    COST_COMPONENTS,
+    FAILURE_REASONS,
+    LEASE_EXPIRED,
+    MALFORMED_FIELDS,
+    OVERRUN,
+    Status,
+)
+
+
+def _gauge(name: str) -> GaugeMetricFamily:
+    d = BY_NAME[name]
+    return GaugeMetricFamily(d.name, d.help, labels=d.labels)
+
+
+def _counter(name: str) -> CounterMetricFamily:
+    d = BY_NAME[name]
+    return CounterMetricFamily(d.name, d.help, labels=d.labels)
+
+
+def _histogram(name: str) -> HistogramMetricFamily:
+    d = BY_NAME[name]
+    return HistogramMetricFamily(d.name, d.help, labels=d.labels)
+
+
+class QueueCollector(Collector):
+    """Renders the views of every queue as metric families, built fresh on every collect()."""
+
+    def __init__(self, views: Sequence[QueueView]) -> None:
+        self.views = list(views)
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family; a queue's gauges only while it has a (fresh) snapshot."""
+        families: dict[str, Metric] = {}
+        for view in self.views:
+            for metric in _queue_metrics(view):
+                found = families.get(metric.name)
+                if found is None:
+                    families[metric.name] = metric
+                else:
+                    found.samples.extend(metric.samples)
+        yield from families.values()
+        build = _gauge("jobqueue_exporter_build_info")
+        build.add_metric([__version__], 1)
+        yield build
+
+
+def _queue_metrics(view: QueueView) -> Iterator[Metric]:
+    if view.snapshot is not None:
+        yield from _snapshot_families(view)
+    if view.tallies is not None:
+        yield from _counter_families(view)
+    yield from _health_families(view)
+
+
+def _snapshot_families(view: QueueView) -> Iterator[Metric]:
+    snapshot = view.snapshot
+    assert snapshot is not None
+    q = view.queue
+    label_of = view.label_of
+    by_label: dict[str, list[ActiveStats]] = {}
+    dead: dict[str, int] = {}
+    done: dict[str, int] = {}
+    for job_type, stats in snapshot.active.items():
+        by_label.setdefault(label_of[job_type], []).append(stats)
+    for job_type, n in (snapshot.dead or {}).items():
+        label = label_of[job_type]
+        dead[label] = dead.get(label, 0) + n
+    for job_type, n in (snapshot.done or {}).items():
+        label = label_of[job_type]
+        done[label] = done.get(label, 0) + n
+    statuses = [Status.PENDING, Status.RUNNING, Status.DEAD]
+    if snapshot.done is not None:
+        statuses.append(Status.DONE)
+    jobs = _gauge("jobqueue_jobs")
+    scheduled = _gauge("jobqueue_jobs_scheduled")
+    oldest_pending = _gauge("jobqueue_oldest_pending_age_seconds")
+    oldest_ready = _gauge("jobqueue_oldest_ready_wait_seconds")
+    stuck = _gauge("jobqueue_stuck_jobs")
+    lease_oldest = _gauge("jobqueue_lease_expired_oldest_seconds")
+    running_oldest = _gauge("jobqueue_running_oldest_seconds")
+    # Every label seen so far is exported, with zeros, so a status that empties reads 0
+    # rather than vanishing (alerts and rate() need the series to exist).
+    for label in view.labels:
+        group = by_label.get(label, [])
+        counts = {
+            Status.PENDING: sum(s.pending for s in group),
+            Status.RUNNING: sum(s.running for s in group),
+            Status.DEAD: dead.get(label, 0),
+            Status.DONE: done.get(label, 0),
+        }
+        for status in statuses:
+            jobs.add_metric([q, label, status.label], counts[status])
+        scheduled.add_metric([q, label], sum(s.scheduled for s in group))
+        oldest_pending.add_metric(
+            [q, label], max((s.oldest_pending_age for s in group), default=0.0)
+        )
+        oldest_ready.add_metric([q, label], max((s.oldest_ready_wait for s in group), default=0.0))
+        stuck.add_metric([q, label, LEASE_EXPIRED], sum(s.stuck_lease_expired for s in group))
+        stuck.add_metric([q, label, OVERRUN], sum(s.stuck_overrun for s in group))
+        lease_oldest.add_metric(
+            [q, label], max((s.lease_expired_oldest for s in group), default=0.0)
+        )
+        running_oldest.add_metric([q, label], max((s.running_oldest for s in group), default=0.0))
+    yield from (jobs, scheduled, oldest_pending, oldest_ready, stuck, lease_oldest, running_oldest)
+
+
+def _counter_families(view: QueueView) -> Iterator[Metric]:
+    tallies = view.tallies
+    assert tallies is not None
+    q = view.queue
+    enqueued = _counter("jobqueue_jobs_enqueued")
+    completed = _counter("jobqueue_jobs_completed")
+    failures = _counter("jobqueue_job_failures")
+    dead = _counter("jobqueue_jobs_dead")
+    requeued = _counter("jobqueue_jobs_requeued")
+    cost = _counter("jobqueue_cost_usd")
+    for label in view.labels:
+        enqueued.add_metric([q, label], tallies.enqueued[label])
+        completed.add_metric([q, label], tallies.completed[label])
+        requeued.add_metric([q, label], tallies.requeued[label])
+        for reason in FAILURE_REASONS:
+            failures.add_metric([q, label, reason], tallies.failures[(label, reason)])
+            dead.add_metric([q, label, reason], tallies.dead[(label, reason)])
+        for component in COST_COMPONENTS:
+            cost.add_metric([q, label, component], tallies.cost.get((label, component), 0.0))
+    yield from (enqueued, completed, failures, dead, requeued, cost)
+    for name, table, bounds in (
+        ("jobqueue_job_duration_seconds", tallies.duration, tallies.duration_bounds),
+        ("jobqueue_job_wait_seconds", tallies.wait, tallies.wait_bounds),
+        ("jobqueue_job_latency_seconds", tallies.latency, tallies.latency_bounds),
+    ):
+        family = _histogram(name)
+        for label in view.labels:
+            histogram = table.get(label) or Histogram(bounds)
+            family.add_metric([q, label], list(histogram.cumulative()), histogram.total)
+        yield family
+    malformed = _counter("jobqueue_exporter_malformed_rows")
+    for field_name in MALFORMED_FIELDS:
+        malformed.add_metric([q, field_name], tallies.malformed[field_name])
+    yield malformed
+
+
+def _health_families(view: QueueView) -> Iterator[Metric]:
+    q = view.queue
+    health = view.health
+    up = _gauge("jobqueue_up")
+    up.add_metric([q], 1 if view.up else 0)
+    leader = _gauge("jobqueue_exporter_leader")
+    leader.add_metric([q], 1 if view.leader else 0)
+    yield from (up, leader)
+    if not view.leader:
+        return  # a standby collects nothing: its collection figures would only mislead
+    last = _gauge("jobqueue_exporter_last_success_timestamp_seconds")
+    last.add_metric([q], health.last_success_at)
+    collections = _counter("jobqueue_exporter_collections")
+    collections.add_metric([q], health.collections)
+    errors = _counter("jobqueue_exporter_collection_errors")
+    for reason in sorted(set(COLLECTION_ERROR_REASONS) | set(health.errors)):
+        errors.add_metric([q, reason], health.errors[reason])
+    skipped = _counter("jobqueue_exporter_collections_skipped")
+    skipped.add_metric([q], health.skipped)
+    duration = _gauge("jobqueue_exporter_collection_duration_seconds")
+    duration.add_metric([q], health.collection_duration)
+    timeout = _gauge("jobqueue_exporter_collection_timeout_seconds")
+    timeout.add_metric([q], view.collection_timeout)
+    queries = _gauge("jobqueue_exporter_query_duration_seconds")
+    for query, seconds in sorted(health.query_durations.items()):
+        queries.add_metric([q, query], seconds)
+    missing = _gauge("jobqueue_exporter_missing_index")
+    for index, flag in sorted(health.missing_indexes.items()):
+        missing.add_metric([q, index], flag)
+    tracked = _gauge("jobqueue_exporter_tracked_jobs")
+    tracked.add_metric([q], view.tracked)
+    folded = _gauge("jobqueue_exporter_job_types_folded")
+    folded.add_metric([q], view.folded)
+    yield from (last, collections, errors, skipped, duration, timeout, queries, missing)
+    yield from (tracked, folded)
+
+
+def build_registry(
+    views: Sequence[QueueView], *, process_metrics: bool = True
+) -> CollectorRegistry:
+    """A private registry holding the queues' collector (and process_* metrics)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(views))
+    if process_metrics:
+        ProcessCollector(registry=registry)
+    return registry
+
+
+def render(views: Sequence[QueueView], *, process_metrics: bool = True) -> bytes:
+    """The text exposition of the queues' views (safe to call from a worker thread)."""
+    return generate_latest(build_registry(views, process_metrics=process_metrics))

@@ -1,0 +1,330 @@
+"""Every metric the exporter defines: name, type, labels, help text and where it comes from.
+
+The README's metric table (:func:`reference_table`), the rules, the dashboard and the tests
+read these, so a name is spelled once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Every series but build_info carries the queue it describes, so several queues under one
+# Prometheus job (or one exporter process) never merge.
+QUEUE = "queue"
+
+
+_EVERY = "Collected every interval in the background, not on scrape."
+
+
+@dataclass(frozen=True)
+class MetricDefinition:
+    """One exported metric: its name (without _total), type, labels and help text."""
+
+    name: str
+    type: str  # gauge | counter | histogram | info
+    labels: tuple[str, ...]
+    help: str
+    source: str  # where the number comes from, for the README's metric reference
+
+    @property
+    def exposed_names(self) -> tuple[str, ...]:
+        """Series names as they appear in the text exposition."""
+        if self.type == "counter":
+            return (self.name + "_total",)
+        if self.type == "histogram":
+            return (self.name + "_bucket", self.name + "_sum", self.name + "_count")
+        return (self.name,)
+
+
+def _d(name: str, type_: str, labels: tuple[str, ...], help_: str, source: str) -> MetricDefinition:
+    return MetricDefinition(name, type_, labels, help_, source)
+
+
+DEFINITIONS: tuple[MetricDefinition, ...] = (
+    # Snapshot gauges, recomputed each cycle from the active rows and the dead count.
+    _d(
+        "jobqueue_jobs",
+        "gauge",
+        (QUEUE, "job_type", "status"),
+        "Jobs currently in each status (done only with collect.done_count; dead is counted "
+        f"every 20 cycles and kept from deaths and requeues in between). {_EVERY}",
+        "snapshot + dead (+ done) queries",
+    ),
+    _d(
+        "jobqueue_jobs_scheduled",
+        "gauge",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Pending jobs whose run_after is still in the future (backoff or delay). {_EVERY}",
+        "snapshot query",
+    ),
+    _d(
+        "jobqueue_oldest_pending_age_seconds",
+        "gauge",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Seconds since the oldest pending job was created (database clock); 0 when none. {_EVERY}",
+        "snapshot query",
+    ),
+    _d(
+        "jobqueue_oldest_ready_wait_seconds",
+        "gauge",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        "Seconds the oldest claimable pending job has waited for a worker since its run_after; "
+        f"0 when none. {_EVERY}",
+        "snapshot query",
+    ),
+    _d(
+        "jobqueue_stuck_jobs",
+        "gauge",
+        (QUEUE, "job_type", "reason"),
+        "Running jobs that need a human: lease_expired (lease ran out, not reaped) or overrun "
+        f"(lease valid but running longer than the stuck threshold). {_EVERY}",
+        "snapshot query",
+    ),
+    _d(
+        "jobqueue_lease_expired_oldest_seconds",
+        "gauge",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        "Seconds since the oldest expired lease of a running job ran out; 0 when none. "
+        f"Grows when the reaper is not running. {_EVERY}",
+        "snapshot query",
+    ),
+    _d(
+        "jobqueue_running_oldest_seconds",
+        "gauge",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Seconds the longest current run has been going; 0 when none. {_EVERY}",
+        "snapshot query",
+    ),
+    # Transition counters, read incrementally from rows changed since the last cycle.
+    _d(
+        "jobqueue_jobs_enqueued",
+        "counter",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Jobs inserted since the exporter started. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_jobs_completed",
+        "counter",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Jobs that reached DONE since the exporter started. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_job_failures",
+        "counter",
+        (QUEUE, "job_type", "reason"),
+        "Failed attempts (retried or dead-lettered) since the exporter started, by reason: "
+        f"deadline, lease_expired, error. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_jobs_dead",
+        "counter",
+        (QUEUE, "job_type", "reason"),
+        "Jobs that reached DEAD since the exporter started, by the reason of their last "
+        f"failure. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_jobs_requeued",
+        "counter",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Dead jobs put back to pending by an operator since the exporter started. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_cost_usd",
+        "counter",
+        (QUEUE, "job_type", "component"),
+        "Cost in USD of jobs completed since the exporter started, from result jsonb; "
+        f"component other = total - ai - proxy when positive, so sum() is the total. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_job_duration_seconds",
+        "histogram",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Run time of completed jobs, from result.metrics.duration_ms. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_job_wait_seconds",
+        "histogram",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Time the completing attempt waited for a worker: run_started_at - run_after. {_EVERY}",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_job_latency_seconds",
+        "histogram",
+        (
+            QUEUE,
+            "job_type",
+        ),
+        f"Enqueue to done, retries included: completion time - created_at. {_EVERY}",
+        "changes query",
+    ),
+    # The exporter's own health.
+    _d(
+        "jobqueue_up",
+        "gauge",
+        (QUEUE,),
+        "1 when the last collection from the queue's database succeeded, else 0.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_leader",
+        "gauge",
+        (QUEUE,),
+        "1 on the exporter that collects this queue (holds its advisory lock), 0 on a standby; "
+        "only the leader exports the queue's other series.",
+        "election",
+    ),
+    _d(
+        "jobqueue_exporter_last_success_timestamp_seconds",
+        "gauge",
+        (QUEUE,),
+        "Unix time (database clock) of the last successful collection; 0 before the first.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_collections",
+        "counter",
+        (QUEUE,),
+        "Collections attempted since the exporter started.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_collection_errors",
+        "counter",
+        (
+            QUEUE,
+            "reason",
+        ),
+        "Failed collections by reason: timeout, lock, connection, query, schema, permission, "
+        "internal.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_collections_skipped",
+        "counter",
+        (QUEUE,),
+        "Ticks skipped because the previous collection was still running.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_collection_duration_seconds",
+        "gauge",
+        (QUEUE,),
+        "Wall time of the last collection, successful or not.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_collection_timeout_seconds",
+        "gauge",
+        (QUEUE,),
+        "The configured deadline of one collection (collect.timeout).",
+        "settings",
+    ),
+    _d(
+        "jobqueue_exporter_query_duration_seconds",
+        "gauge",
+        (
+            QUEUE,
+            "query",
+        ),
+        "Wall time of the last run of each query.",
+        "poller",
+    ),
+    _d(
+        "jobqueue_exporter_malformed_rows",
+        "counter",
+        (
+            QUEUE,
+            "field",
+        ),
+        "Completed rows whose result field was missing, not a number, negative or not finite "
+        "(field=result: result is not a JSON object); the field was skipped.",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_exporter_missing_index",
+        "gauge",
+        (
+            QUEUE,
+            "index",
+        ),
+        "1 when an index the exporter's queries need does not exist "
+        "(see exporter/sql/indexes.sql).",
+        "index check",
+    ),
+    _d(
+        "jobqueue_exporter_tracked_jobs",
+        "gauge",
+        (QUEUE,),
+        "Jobs whose last seen state the exporter keeps to count transitions exactly.",
+        "tracker",
+    ),
+    _d(
+        "jobqueue_exporter_job_types_folded",
+        "gauge",
+        (QUEUE,),
+        'Distinct job_type values folded into job_type="other" by the label cap.',
+        "tracker",
+    ),
+    _d(
+        "jobqueue_exporter_build_info",
+        "gauge",
+        ("version",),
+        "Always 1; the version label says which build is running.",
+        "build",
+    ),
+)
+
+BY_NAME: dict[str, MetricDefinition] = {d.name: d for d in DEFINITIONS}
+
+
+def exposed_metric_names() -> set[str]:
+    """Every series name the exporter can emit (with _total, _bucket, _sum, _count)."""
+    return {n for d in DEFINITIONS for n in d.exposed_names}
+
+
+def reference_table() -> str:
+    """The README's metric reference, generated from DEFINITIONS (a test keeps them in step)."""
+    lines = ["| metric | type | labels | meaning | from |", "|---|---|---|---|---|"]
+    for d in DEFINITIONS:
+        name = d.exposed_names[0] if d.type == "counter" else d.name
+        labels = ", ".join(d.labels) or "—"
+        lines.append(f"| `{name}` | {d.type} | {labels} | {d.help} | {d.source} |")
+    return "\n".join(lines) + "\n"

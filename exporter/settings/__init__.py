@@ -1,0 +1,51 @@
+"""Settings: declared once (schema), parsed by kind (kinds), read from file, environment and flags
+(sources), with secrets kept out of every message (secrets).
+
+The rest of the exporter imports from here only.
+"""
+
+from exporter.settings.alerting import AlertSettings
+from exporter.settings.kinds import Kind, parse_duration, parse_listen_address
+from exporter.settings.schema import (
+    DSN_ENV,
+    DSN_FALLBACK_ENV,
+    CollectSettings,
+    DatabaseSettings,
+    LogSettings,
+    QueueSettings,
+    Settings,
+    WebSettings,
+)
+from exporter.settings.secrets import dsn_password, redact_dsn, redact_dsn_userinfo
+from exporter.settings.sources import (
+    CONFIG_FILE_ENV,
+    SETTINGS,
+    check_config_file,
+    load_settings,
+)
+from exporter.settings.spec import Setting
+from exporter.settings.yamlfile import ConfigError
+
+__all__ = [
+    "CONFIG_FILE_ENV",
+    "DSN_ENV",
+    "DSN_FALLBACK_ENV",
+    "SETTINGS",
+    "AlertSettings",
+    "CollectSettings",
+    "ConfigError",
+    "DatabaseSettings",
+    "Kind",
+    "LogSettings",
+    "QueueSettings",
+    "Setting",
+    "Settings",
+    "WebSettings",
+    "check_config_file",
+    "dsn_password",
+    "load_settings",
+    "parse_duration",
+    "parse_listen_address",
+    "redact_dsn",
+    "redact_dsn_userinfo",
+]

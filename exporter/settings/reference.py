@@ -1,0 +1,82 @@
+"""The "Every setting" tables of docs/configuration.md, generated from the declarations.
+
+A test compares the document with :func:`reference_tables`, so the documentation cannot drift
+from what the loader accepts.
+"""
+
+from __future__ import annotations
+
+from exporter.settings.kinds import SYNTAX, Kind
+from exporter.settings.schema import DSN_FALLBACK_ENV, PROCESS_SECTIONS, QUEUE_SECTIONS
+from exporter.settings.spec import Setting, specs_of
+
+_UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
+
+
+def _duration(seconds: float) -> str:
+    millis = round(seconds * 1000)
+    if millis == 0:
+        return "0s"
+    out = []
+    for unit, size in _UNITS:
+        count, millis = divmod(millis, round(size * 1000))
+        if count:
+            out.append(f"{count}{unit}")
+    if millis:
+        out.append(f"{millis}ms")
+    return "".join(out)
+
+
+def _default(setting: Setting) -> str:
+    value = setting.default
+    if value is None:
+        return "null"
+    if setting.kind is Kind.DURATION and isinstance(value, int | float):
+        return _duration(float(value))
+    if setting.kind is Kind.JSON_PATH and isinstance(value, tuple):
+        return "`" + ".".join(value) + "`"
+    if setting.kind in (Kind.BUCKETS, Kind.LISTEN_ADDRESS) and isinstance(value, tuple):
+        return "`" + ",".join(f"{v:g}" if isinstance(v, float | int) else v for v in value) + "`"
+    if isinstance(value, bool):
+        return "`" + str(value).lower() + "`"
+    if isinstance(value, dict):
+        return "none" if not value else "`" + repr(value) + "`"
+    return f"`{value}`"
+
+
+def _kind(setting: Setting) -> str:
+    text = setting.kind.value
+    if setting.spec.choices:
+        text = "one of " + ", ".join(setting.spec.choices)
+    return text + (" or null" if setting.spec.optional else "")
+
+
+def _env(setting: Setting) -> str:
+    text = f"`{setting.env}`"
+    if setting.key == "database.dsn":
+        text += f", `{DSN_FALLBACK_ENV}`"
+    return text
+
+
+def reference_tables() -> str:
+    """One Markdown table per section, and the syntax of each kind."""
+    out: list[str] = []
+    for sections in (QUEUE_SECTIONS, PROCESS_SECTIONS):
+        for section, cls in sections.items():
+            out.append(f"### `{section}`\n")
+            out.append("| Key | Flag | Environment variable | Kind | Default | Meaning |")
+            out.append("|---|---|---|---|---|---|")
+            for s in specs_of(section, cls):
+                help_text = s.spec.help.replace("|", "\\|")
+                out.append(
+                    f"| `{s.key}` | `{s.flag}` | {_env(s)} | {_kind(s)} | {_default(s)} "
+                    f"| {help_text} |"
+                )
+            out.append("")
+    out.append("### Kinds of value\n")
+    out.append("| Kind | In YAML | In a flag or environment variable |")
+    out.append("|---|---|---|")
+    for kind in Kind:
+        yaml_form, text_form = SYNTAX[kind]
+        out.append(f"| {kind.value} | {yaml_form} | {text_form} |")
+    return "\n".join(out) + "\n"

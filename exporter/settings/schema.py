@@ -1,0 +1,286 @@
+"""Every setting, declared once: frozen dataclasses whose fields say their kind, default and help.
+
+Sections ``database``, ``collect`` and ``queue`` describe one queue; the top level holds one
+set of them, and each entry of a ``queues:`` list inherits it and overrides what it names.
+``web``, ``log`` and ``alerts`` belong to the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from exporter.settings.alerting import AlertSettings
+from exporter.settings.kinds import Kind, parse_listen_address
+from exporter.settings.secrets import dsn_password, redact_dsn
+from exporter.settings.spec import setting
+
+DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
+DSN_FALLBACK_ENV = "DATABASE_URL"
+RESERVED_PATHS = ("/", "/healthz", "/readyz", "/-/reload", "/-/healthy", "/-/ready")
+
+DEFAULT_DURATION_BUCKETS: tuple[float, ...] = (
+    0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200,
+)  # fmt: skip
+# From 5 ms (a healthy queue's claim latency) to 2 h (a backlog nobody drains), so the
+# percentiles of both a busy demo and a stuck production queue land inside a bucket.
+DEFAULT_WAIT_BUCKETS: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+    7200,
+)  # fmt: skip
+DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
+    1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200,
+)  # fmt: skip
+
+
+def positive(value: float) -> None:
+    """Refuse zero."""
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+
+
+def positive_or_null(value: float | None) -> None:
+    """Refuse zero; null means the documented default."""
+    if value is not None and value <= 0:
+        raise ValueError("must be greater than 0 (or null for the default)")
+
+
+def at_least_one(value: int) -> None:
+    """Refuse zero."""
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
+
+
+def connection_limit(value: int) -> None:
+    """The pool is small on purpose: it runs next to a production queue."""
+    if not 1 <= value <= 10:
+        raise ValueError(f"must be from 1 to 10, got {value}")
+
+
+def not_reserved(path: str) -> None:
+    """The telemetry path cannot shadow the exporter's own endpoints."""
+    if path in RESERVED_PATHS:
+        raise ValueError(f"{path} is taken by the exporter itself")
+
+
+def listen_addresses(addresses: tuple[str, ...]) -> None:
+    """Every address parses (the kind already checked) and no port is bound twice."""
+    seen: set[tuple[str, int]] = set()
+    for address in addresses:
+        host, port = parse_listen_address(address)
+        if port and (host, port) in seen:
+            raise ValueError(f"{address} is listed twice")
+        seen.add((host, port))
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Where one queue lives and how the exporter connects to it."""
+
+    dsn: str | None = setting(
+        Kind.DSN,
+        None,
+        "PostgreSQL URL of the queue's database (postgresql://user@host:5432/db); also "
+        f"{DSN_ENV} or {DSN_FALLBACK_ENV}.",
+        optional=True,
+        secret=True,
+        env=DSN_ENV,
+    )
+    password_file: str | None = setting(
+        Kind.FILE, None, "File holding the database password (trailing newline stripped).",
+        optional=True,
+    )  # fmt: skip
+    table: str = setting(Kind.TABLE, "job", "Table of the queue, optionally schema-qualified.")
+    max_connections: int = setting(
+        Kind.INTEGER, 2, "Connections the exporter may hold to this database (1-10), the "
+        "leader election's included.", check=connection_limit,
+    )  # fmt: skip
+    connect_timeout: float = setting(
+        Kind.DURATION, 5.0, "Deadline of opening one connection.", check=positive
+    )
+
+    def __repr__(self) -> str:
+        # The DSN may carry the password; repr() ends up in logs and tracebacks.
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "dsn" and value is not None:
+                value = redact_dsn(value)
+            parts.append(f"{f.name}={value!r}")
+        return f"DatabaseSettings({', '.join(parts)})"
+
+    @property
+    def password(self) -> str | None:
+        """The password inside the DSN (decoded), for the log redactor; None when there is none."""
+        return dsn_password(self.dsn) if self.dsn is not None else None
+
+
+@dataclass(frozen=True)
+class CollectSettings:
+    """What one queue's collection loop reads and how often."""
+
+    interval: float = setting(
+        Kind.DURATION, 15.0, "Time between the starts of two collections.", check=positive
+    )
+    timeout: float = setting(
+        Kind.DURATION, 10.0, "Deadline of one whole collection (at least statement_timeout).",
+        check=positive,
+    )  # fmt: skip
+    statement_timeout: float = setting(
+        Kind.DURATION, 5.0, "PostgreSQL statement_timeout of each query.", check=positive
+    )
+    lock_timeout: float = setting(
+        Kind.DURATION, 1.0, "PostgreSQL lock_timeout of each query (at most statement_timeout)."
+    )
+    stuck_threshold: float = setting(
+        Kind.DURATION, 600.0, "A job running this long with a valid lease counts as stuck.",
+        check=positive,
+    )  # fmt: skip
+    commit_lag_tolerance: float = setting(
+        Kind.DURATION, 30.0, "How long a transaction may stay open and still have its changes "
+        "counted when the exporter cannot see other sessions in pg_stat_activity (grant "
+        "pg_read_all_stats and there is no limit).",
+    )  # fmt: skip
+    staleness_limit: float | None = setting(
+        Kind.DURATION, None, "Withdraw queue gauges after failing this long (null: 3 intervals).",
+        optional=True, check=positive_or_null,
+    )  # fmt: skip
+    done_count: bool = setting(
+        Kind.BOOLEAN, False, 'Also count DONE rows for jobqueue_jobs{status="done"} (a full scan).'
+    )
+    max_job_types: int = setting(
+        Kind.INTEGER, 50, 'At most this many job_type label values; the rest become "other".',
+        check=at_least_one,
+    )  # fmt: skip
+    job_types: dict[int, str] = setting(
+        Kind.JOB_TYPES, {}, "Label names for job_type numbers (YAML mapping, or 1=email,2=scrape)."
+    )
+    deadline_error_prefix: str = setting(
+        Kind.STRING, "JobDeadlineExceeded", "last_error prefix of a job killed by its deadline."
+    )
+    lease_expired_marker: str = setting(
+        Kind.STRING, " [lease-expired reclaim]", "Suffix the reaper appends to last_error."
+    )
+    duration_path: tuple[str, ...] = setting(
+        Kind.JSON_PATH, ("metrics", "duration_ms"), "Path in result jsonb of the run time in ms."
+    )
+    cost_ai_path: tuple[str, ...] = setting(
+        Kind.JSON_PATH, ("metrics", "cost", "ai_usd"), "Path in result jsonb of the AI cost in USD."
+    )
+    cost_proxy_path: tuple[str, ...] = setting(
+        Kind.JSON_PATH, ("metrics", "cost", "proxy_usd"),
+        "Path in result jsonb of the proxy cost in USD.",
+    )  # fmt: skip
+    cost_total_path: tuple[str, ...] = setting(
+        Kind.JSON_PATH, ("metrics", "cost", "total_usd"),
+        "Path in result jsonb of the total cost in USD.",
+    )  # fmt: skip
+    duration_buckets: tuple[float, ...] = setting(
+        Kind.BUCKETS, DEFAULT_DURATION_BUCKETS,
+        "Histogram bounds (seconds) of jobqueue_job_duration_seconds.",
+    )  # fmt: skip
+    wait_buckets: tuple[float, ...] = setting(
+        Kind.BUCKETS, DEFAULT_WAIT_BUCKETS,
+        "Histogram bounds (seconds) of jobqueue_job_wait_seconds.",
+    )  # fmt: skip
+    latency_buckets: tuple[float, ...] = setting(
+        Kind.BUCKETS, DEFAULT_LATENCY_BUCKETS,
+        "Histogram bounds (seconds) of jobqueue_job_latency_seconds.",
+    )  # fmt: skip
+
+    @property
+    def effective_staleness_limit(self) -> float:
+        """Seconds of failed collections after which queue gauges are withdrawn."""
+        return self.staleness_limit if self.staleness_limit is not None else 3 * self.interval
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """The ``queue:`` section: what the queue is called."""
+
+    name: str | None = setting(
+        Kind.NAME, None, "Value of the queue label (null: the database name from the DSN).",
+        optional=True,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """One watched queue, resolved: its name, database and collection settings."""
+
+    name: str
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    collect: CollectSettings = field(default_factory=CollectSettings)
+
+
+@dataclass(frozen=True)
+class WebSettings:
+    """The HTTP side: where to listen and what to serve."""
+
+    listen_address: tuple[str, ...] = setting(
+        Kind.LISTEN_ADDRESS, (":10049",), "Addresses to serve HTTP on (repeat the flag for "
+        "several: IPv4 and IPv6 at once).", check=listen_addresses,
+    )  # fmt: skip
+    telemetry_path: str = setting(
+        Kind.URL_PATH, "/metrics", "Path of the metrics.", check=not_reserved
+    )
+    config_file: str | None = setting(
+        Kind.FILE, None, "exporter-toolkit web config file (TLS, basic auth, headers).",
+        optional=True, flag="--web.config.file",
+    )  # fmt: skip
+    enable_lifecycle: bool = setting(
+        Kind.BOOLEAN, False, "Serve POST /-/reload (as Prometheus does with the same flag)."
+    )
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Log level and format."""
+
+    level: str = setting(
+        Kind.CHOICE,
+        "info",
+        "Least severe level logged.",
+        choices=("debug", "info", "warn", "error"),
+    )
+    format: str = setting(Kind.CHOICE, "logfmt", "Line format.", choices=("logfmt", "json"))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the exporter needs to run, resolved once at start-up (and at each reload)."""
+
+    queues: tuple[QueueSettings, ...] = ()
+    web: WebSettings = field(default_factory=WebSettings)
+    log: LogSettings = field(default_factory=LogSettings)
+    alerts: AlertSettings = field(default_factory=AlertSettings)
+
+    def __repr__(self) -> str:
+        # A DSN pasted into the wrong setting must not print its password either.
+        text = (
+            f"Settings(queues={self.queues!r}, web={self.web!r}, log={self.log!r}, "
+            f"alerts={self.alerts!r})"
+        )
+        for queue in self.queues:
+            password = queue.database.password
+            if password:
+                text = text.replace(password, "***")
+        return redact_dsn(text)
+
+    @property
+    def passwords(self) -> list[str]:
+        """Every database password, for the log redactor."""
+        return [q.database.password for q in self.queues if q.database.password]
+
+
+# The sections one queue is made of, and those of the process.
+QUEUE_SECTIONS: dict[str, type[Any]] = {
+    "database": DatabaseSettings,
+    "collect": CollectSettings,
+    "queue": QueueOptions,
+}
+PROCESS_SECTIONS: dict[str, type[Any]] = {
+    "web": WebSettings,
+    "log": LogSettings,
+    "alerts": AlertSettings,
+}

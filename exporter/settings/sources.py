@@ -1,0 +1,305 @@
+"""Where settings come from and which wins: YAML file, environment, flags, and the queues list.
+
+Precedence for each top-level setting is flag > environment > file > default. Each entry of a
+``queues:`` list starts from the resolved top-level ``database``, ``collect`` and ``queue``
+sections and overrides what it names. Every mistake is collected, so one run reports them all,
+each naming its dotted key (and, for the file, its line).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from exporter.settings.kinds import PARSERS, Kind, show
+from exporter.settings.schema import (
+    DSN_ENV,
+    DSN_FALLBACK_ENV,
+    PROCESS_SECTIONS,
+    QUEUE_SECTIONS,
+    CollectSettings,
+    DatabaseSettings,
+    QueueSettings,
+    Settings,
+)
+from exporter.settings.secrets import (
+    SecretError,
+    check_dsn,
+    dsn_database,
+    inject_password,
+    read_password_file,
+    redact_dsn,
+)
+from exporter.settings.spec import Setting, specs_of
+from exporter.settings.yamlfile import ConfigError, Document, read_document
+
+CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
+QUEUES_KEY = "queues"
+DEFAULT_QUEUE_NAME = "default"
+
+
+def _all_settings() -> dict[str, Setting]:
+    out: dict[str, Setting] = {}
+    for sections in (QUEUE_SECTIONS, PROCESS_SECTIONS):
+        for section, cls in sections.items():
+            for s in specs_of(section, cls):
+                out[s.key] = s
+    return out
+
+
+SETTINGS: dict[str, Setting] = _all_settings()
+FLAGS: dict[str, str] = {s.flag: key for key, s in SETTINGS.items()}
+SECTIONS = (*QUEUE_SECTIONS, QUEUES_KEY, *PROCESS_SECTIONS)
+
+
+# --- Values ---------------------------------------------------------------------------------
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for a near miss, else nothing."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def parse_value(setting: Setting, value: object, from_text: bool) -> object:
+    """Turn one YAML value (or flag/environment text) into the field's type, or ValueError."""
+    spec = setting.spec
+    if spec.optional and (value is None or (from_text and isinstance(value, str) and not value)):
+        return None
+    if spec.secret and not isinstance(value, str):
+        # A secret is never echoed back, not even its type's repr.
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    if spec.kind is Kind.DSN:
+        assert isinstance(value, str)
+        check_dsn(value)
+    if spec.kind is Kind.STRING and value == "" and setting.key == "alerts.selector":
+        return ""  # an empty selector matches every series
+    parsed = PARSERS[spec.kind](value)
+    if spec.choices:
+        assert isinstance(parsed, str)
+        parsed = parsed.lower()
+        if parsed not in spec.choices:
+            raise ValueError(f"expected one of {', '.join(spec.choices)}, got {show(value)}")
+    if spec.check is not None:
+        spec.check(parsed)
+    return parsed
+
+
+def _section_values(
+    document: Document, body: object, prefix: str, sections: Iterable[str], errors: list[str]
+) -> dict[str, object]:
+    """Flatten ``{section: {name: value}}`` (at ``prefix`` in the file) to dotted keys."""
+    values: dict[str, object] = {}
+    if not isinstance(body, dict):
+        return values
+    for section, content in body.items():
+        where = f"{prefix}{section}"
+        if section not in sections:
+            continue
+        if content is None:
+            continue
+        if not isinstance(content, dict):
+            errors.append(
+                f"{where}: expected a mapping of settings, got {show(content)}"
+                + document.where(where)
+            )
+            continue
+        for name, value in content.items():
+            key = f"{section}.{name}"
+            if not isinstance(name, str) or key not in SETTINGS:
+                errors.append(
+                    f"{prefix}{key}: unknown setting{suggest(key, SETTINGS)}"
+                    + document.where(f"{prefix}{key}")
+                )
+                continue
+            values[key] = value
+    return values
+
+
+@dataclass
+class _Resolved:
+    """Top-level values after precedence, still raw (text or YAML)."""
+
+    values: dict[str, tuple[object, bool, str]]  # key -> (value, from_text, where)
+
+
+def _resolve_top(
+    document: Document, environ: Mapping[str, str], flags: Mapping[str, str], errors: list[str]
+) -> _Resolved:
+    top = document.data
+    for section in top:
+        if section not in SECTIONS:
+            errors.append(
+                f"{section}: unknown section{suggest(str(section), SECTIONS)}"
+                + document.where(str(section))
+            )
+    file_values = _section_values(document, top, "", (*QUEUE_SECTIONS, *PROCESS_SECTIONS), errors)
+    flag_values: dict[str, str] = {}
+    for raw, text in flags.items():
+        key = normalise_flag(raw)
+        if key not in SETTINGS:
+            errors.append(f"{key}: unknown setting{suggest(key, SETTINGS)}")
+            continue
+        flag_values[key] = text
+    chosen: dict[str, tuple[object, bool, str]] = {}
+    for key, setting in SETTINGS.items():
+        if key in flag_values:
+            chosen[key] = (flag_values[key], True, f" (flag {setting.flag})")
+        elif key == "database.dsn" and (environ.get(DSN_ENV) or environ.get(DSN_FALLBACK_ENV)):
+            name = DSN_ENV if environ.get(DSN_ENV) else DSN_FALLBACK_ENV
+            chosen[key] = (environ[name], True, f" (environment {name})")
+        elif key != "database.dsn" and setting.env in environ:
+            chosen[key] = (environ[setting.env], True, f" (environment {setting.env})")
+        elif key in file_values:
+            chosen[key] = (file_values[key], False, document.where(key))
+    return _Resolved(chosen)
+
+
+def normalise_flag(name: str) -> str:
+    """``--collect.statement-timeout`` (or ``collect.statement_timeout``) -> the dotted key."""
+    flag = name if name.startswith("--") else "--" + name
+    if flag in FLAGS:
+        return FLAGS[flag]
+    return name.removeprefix("--").replace("-", "_")
+
+
+def _parse_all(
+    raw: Mapping[str, tuple[object, bool, str]], prefix: str, errors: list[str]
+) -> dict[str, object]:
+    parsed: dict[str, object] = {}
+    for key, (value, from_text, where) in raw.items():
+        try:
+            parsed[key] = parse_value(SETTINGS[key], value, from_text)
+        except ValueError as exc:
+            errors.append(f"{prefix}{key}: {exc}{where}")
+    return parsed
+
+
+# --- Building the settings --------------------------------------------------------------------
+
+
+def _section(cls: type[Any], section: str, values: Mapping[str, object]) -> Any:
+    return cls(
+        **{k.partition(".")[2]: v for k, v in values.items() if k.partition(".")[0] == section}
+    )
+
+
+def _queue(
+    values: Mapping[str, object], prefix: str, where: str, errors: list[str]
+) -> QueueSettings | None:
+    """One queue from its parsed values: password file injected, name defaulted, checks run."""
+    database: DatabaseSettings = _section(DatabaseSettings, "database", values)
+    collect: CollectSettings = _section(CollectSettings, "collect", values)
+    name = values.get("queue.name")
+    before = len(errors)
+    if database.password_file is not None:
+        try:
+            password = read_password_file(database.password_file)
+            if database.dsn is not None:
+                database = replace(database, dsn=inject_password(database.dsn, password))
+        except SecretError as exc:
+            errors.append(f"{prefix}database.password_file: {exc}{where}")
+    if collect.timeout < collect.statement_timeout:
+        errors.append(
+            f"{prefix}collect.timeout: must be at least collect.statement_timeout "
+            f"({collect.statement_timeout:g}s), got {collect.timeout:g}s{where}"
+        )
+    if collect.lock_timeout > collect.statement_timeout:
+        errors.append(
+            f"{prefix}collect.lock_timeout: must not exceed collect.statement_timeout "
+            f"({collect.statement_timeout:g}s), got {collect.lock_timeout:g}s{where}"
+        )
+    if not isinstance(name, str):
+        name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
+    if len(errors) > before:
+        return None
+    return QueueSettings(name=name, database=database, collect=collect)
+
+
+def _queue_entries(
+    document: Document, top: Mapping[str, object], flags: Mapping[str, str], errors: list[str]
+) -> list[QueueSettings]:
+    """The ``queues:`` list, each entry over the top-level per-queue values."""
+    entries = document.data.get(QUEUES_KEY)
+    where = document.where(QUEUES_KEY)
+    if not isinstance(entries, list) or not entries:
+        errors.append(
+            f"{QUEUES_KEY}: expected a non-empty list of queues, got {show(entries)}{where}"
+        )
+        return []
+    if "queue.name" in {normalise_flag(f) for f in flags}:
+        errors.append("queue.name: names one queue; with a queues: list, name each entry instead")
+    inherited = {k: v for k, v in top.items() if k.partition(".")[0] in QUEUE_SECTIONS}
+    inherited.pop("queue.name", None)
+    queues: list[QueueSettings] = []
+    for index, entry in enumerate(entries):
+        prefix = f"{QUEUES_KEY}[{index}]."
+        entry_where = document.where(f"{QUEUES_KEY}[{index}]")
+        if not isinstance(entry, dict):
+            errors.append(
+                f"{QUEUES_KEY}[{index}]: expected a mapping, got {show(entry)}{entry_where}"
+            )
+            continue
+        raw: dict[str, tuple[object, bool, str]] = {}
+        for key, value in entry.items():
+            if key == "name":
+                raw["queue.name"] = (value, False, document.where(f"{prefix}name"))
+            elif key not in ("database", "collect"):
+                errors.append(
+                    f"{prefix}{key}: unknown key (an entry has name, database and collect)"
+                    + document.where(f"{prefix}{key}")
+                )
+        section_values = _section_values(
+            document,
+            {k: v for k, v in entry.items() if k != "name"},
+            prefix,
+            ("database", "collect"),
+            errors,
+        )
+        for key, value in section_values.items():
+            raw[key] = (value, False, document.where(f"{prefix}{key}"))
+        if "queue.name" not in raw:
+            errors.append(f"{prefix}name: every queue in the list needs a name{entry_where}")
+        parsed = _parse_all(raw, prefix, errors)
+        # A DSN of the entry's own does not inherit the top-level password file.
+        values = {**inherited, **parsed}
+        if "database.dsn" in parsed and "database.password_file" not in parsed:
+            values.pop("database.password_file", None)
+        queue = _queue(values, prefix, entry_where, errors)
+        if queue is not None:
+            queues.append(queue)
+    return queues
+
+
+def load_settings(
+    config_file: str | None, environ: Mapping[str, str], flags: Mapping[str, str]
+) -> Settings:
+    """Resolve every setting (flag > environment > file > default) or raise ConfigError."""
+    document = read_document(config_file) if config_file else Document("", {})
+    errors: list[str] = []
+    resolved = _resolve_top(document, environ, flags, errors)
+    top = _parse_all(resolved.values, "", errors)
+    if QUEUES_KEY in document.data:
+        queues = _queue_entries(document, top, flags, errors)
+    else:
+        queue = _queue(top, "", "", errors)
+        queues = [queue] if queue is not None else []
+    names: dict[str, int] = {}
+    for index, queue in enumerate(queues):
+        if queue.name in names:
+            errors.append(
+                f"{QUEUES_KEY}[{index}].name: {queue.name!r} is also the name of "
+                f"{QUEUES_KEY}[{names[queue.name]}] (the queue label must tell them apart)"
+            )
+        names.setdefault(queue.name, index)
+    if errors:
+        raise ConfigError("\n".join(redact_dsn(e) for e in errors))
+    process = {s: _section(cls, s, top) for s, cls in PROCESS_SECTIONS.items()}
+    return Settings(queues=tuple(queues), **process)
+
+
+def check_config_file(path: str) -> Settings:
+    """Load one configuration file on its own (no environment, no flags), as --config.check does."""
+    return load_settings(path, {}, {})

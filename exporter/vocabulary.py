@@ -1,0 +1,66 @@
+"""The words the layers share, spelled once: statuses, reasons, label values, index names, URLs.
+
+Settings, the tracker, the metrics, the rules, the dashboard builder and the demo import these
+instead of writing the strings again, so a rename is one edit and a typo is an import error.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Status(enum.IntEnum):
+    """The queue's job statuses as the ``status`` column stores them (JobStatus in the queue)."""
+
+    PENDING = 1
+    RUNNING = 2
+    DONE = 3
+    DEAD = 4
+
+    @property
+    def label(self) -> str:
+        """The value of the ``status`` label."""
+        return self.name.lower()
+
+
+ACTIVE_STATUSES = (Status.PENDING, Status.RUNNING)
+TERMINAL_STATUSES = (Status.DONE, Status.DEAD)
+
+# job_type label value of the job types beyond the label cap.
+OTHER = "other"
+
+# Why an attempt failed (jobqueue_job_failures_total, jobqueue_jobs_dead_total).
+DEADLINE = "deadline"
+LEASE_EXPIRED = "lease_expired"
+ERROR = "error"
+FAILURE_REASONS = (DEADLINE, LEASE_EXPIRED, ERROR)
+
+# Why a running job is stuck (jobqueue_stuck_jobs).
+OVERRUN = "overrun"
+STUCK_REASONS = (LEASE_EXPIRED, OVERRUN)
+
+# Components of the cost counter; other = total - ai - proxy, so sum() is the total.
+COST_COMPONENTS = ("ai", "proxy", "other")
+
+# Fields of result jsonb that can be malformed (field="result": not a JSON object).
+MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
+
+# Why a collection failed (jobqueue_exporter_collection_errors_total).
+COLLECTION_ERROR_REASONS = (
+    "timeout", "lock", "connection", "query", "schema", "permission", "internal",
+)  # fmt: skip
+
+# The indexes the default profile's per-cycle queries need (exporter/sql/indexes.sql).
+ACTIVE_INDEX = "job_exporter_active_idx"
+UPDATED_AT_INDEX = "job_exporter_updated_at_idx"
+DEAD_INDEX = "job_exporter_dead_idx"
+REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
+INDEX_FILE = "exporter/sql/indexes.sql"
+
+# Where the shipped alerts' runbooks live; alerts link to <base>#<lowercased alert name>.
+RUNBOOK_BASE_URL = (
+    "https://github.com/jobqueue-exporter/jobqueue-exporter/blob/main/docs/runbooks.md"
+)
+
+PROJECT = "jobqueue-exporter"
+DEFAULT_PORT = 10049

@@ -1,0 +1,85 @@
+"""The /metrics body: rendered once per collection in a worker thread, served to every scraper.
+
+Rendering a few thousand series takes tens of milliseconds of Python; done on the event loop it
+would hold every scrape in flight behind it. A scrape that arrives while a new rendering is
+under way gets the previous one (its counters are one collection old) unless the health verdict
+changed: a body that says ``jobqueue_up 1`` after a failed collection, or that still carries
+gauges the staleness limit withdrew, is never served. Such scrapes wait for the rendering that
+says the truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+from exporter.metrics import render
+from exporter.model import QueueView
+
+# A rendering is reused until the next collection, so fifty concurrent scrapers cost one
+# rendering, not fifty; past this age it is renewed anyway (process_* metrics move).
+RENDER_MAX_AGE = 5.0
+
+
+class StateSource(Protocol):
+    """What the HTTP side reads from the running exporter (the service implements it)."""
+
+    def generation(self) -> Hashable:
+        """Changes whenever a collection of any queue finished."""
+
+    def verdict(self) -> Hashable:
+        """The part of the state /metrics must never show late (up, freshness, leadership)."""
+
+    def views(self) -> Sequence[QueueView]:
+        """A consistent copy of every queue's state, for rendering off the event loop."""
+
+    def readiness(self) -> Sequence[tuple[str, str | None]]:
+        """(queue, None) when the queue is ready, else (queue, why not)."""
+
+
+class Exposition:
+    """The current /metrics body and the rendering that will replace it."""
+
+    def __init__(self, source: StateSource) -> None:
+        self.source = source
+        self._key: tuple[Hashable, Hashable] | None = None
+        self._body: bytes | None = None
+        self._verdict: Hashable = None  # what the body was rendered with
+        self._rendered_at = 0.0
+        self._pending: asyncio.Task[None] | None = None
+
+    def refresh(self) -> None:
+        """Start a new rendering if the state changed (called after every collection too)."""
+        key = (self.source.generation(), self.source.verdict())
+        stale = key != self._key or time.monotonic() - self._rendered_at > RENDER_MAX_AGE
+        if stale and self._pending is None:
+            self._key = key
+            self._pending = asyncio.create_task(self._render())
+
+    async def body(self) -> bytes:
+        """The newest rendering whose health verdict matches the exporter's."""
+        self.refresh()
+        # A rendering that started before the verdict changed is followed by one that starts
+        # after it; the bound only guards against a verdict that flips on every rendering.
+        for _ in range(3):
+            if self._body is not None and self._verdict == self.source.verdict():
+                break
+            if self._pending is None:
+                self._key = None
+                self.refresh()
+            assert self._pending is not None
+            await asyncio.shield(self._pending)
+        assert self._body is not None
+        return self._body
+
+    async def _render(self) -> None:
+        try:
+            verdict = self.source.verdict()
+            views = self.source.views()
+            self._body = await asyncio.to_thread(render, views)
+            self._verdict = verdict
+            self._rendered_at = time.monotonic()
+        finally:
+            self._pending = None

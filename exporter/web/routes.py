@@ -1,0 +1,37 @@
+"""The HTTP routes. No handler touches a database: each one reads what the collections left."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from exporter.metrics import CONTENT_TYPE
+from exporter.web.exposition import Exposition, StateSource
+from exporter.web.status import status_page
+
+
+def add_routes(
+    app: web.Application, source: StateSource, exposition: Exposition, telemetry_path: str
+) -> None:
+    """/metrics (at its configured path), /healthz, /readyz and the status page at /."""
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=await exposition.body(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        waiting = [(queue, why) for queue, why in source.readiness() if why is not None]
+        if not waiting:
+            return web.Response(text="ready\n")
+        lines = "".join(f"queue {queue}: not ready: {why}\n" for queue, why in waiting)
+        return web.Response(status=503, text=lines)
+
+    async def landing(_: web.Request) -> web.Response:
+        page = status_page(telemetry_path, source.readiness())
+        return web.Response(text=page, content_type="text/html")
+
+    app.router.add_get(telemetry_path, metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/", landing)

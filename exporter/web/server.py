@@ -1,0 +1,87 @@
+"""The HTTP server: one aiohttp application on every listen address, TLS and auth from the
+web-config file, and the addresses it really bound (port 0 asks the kernel for one)."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from exporter.settings import WebSettings, parse_listen_address
+from exporter.web.exposition import Exposition, StateSource
+from exporter.web.middleware import middlewares, server_limits
+from exporter.web.routes import add_routes
+from exporter.web.watcher import WebConfigWatcher
+
+log = logging.getLogger(__name__)
+
+# Requests carry no body (the method middleware refuses one); this bounds what aiohttp reads.
+CLIENT_MAX_SIZE = 1024
+
+
+class WebServer:
+    """Serves /metrics and friends for one exporter process."""
+
+    def __init__(self, settings: WebSettings, source: StateSource) -> None:
+        self.settings = settings
+        self.watcher = WebConfigWatcher(settings.config_file)
+        self.exposition = Exposition(source)
+        self.app = web.Application(
+            middlewares=middlewares(self.watcher), client_max_size=CLIENT_MAX_SIZE
+        )
+        add_routes(self.app, source, self.exposition, settings.telemetry_path)
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Bind every listen address; OSError when one is taken or not ours to bind."""
+        self._runner = web.AppRunner(
+            self.app, handle_signals=False, access_log=None, **server_limits()
+        )
+        await self._runner.setup()
+        try:
+            for address in self.settings.listen_address:
+                host, port = parse_listen_address(address)
+                site = web.TCPSite(
+                    self._runner,
+                    host=host or None,
+                    port=port,
+                    ssl_context=self.watcher.ssl_context(),
+                )
+                await site.start()
+        except BaseException:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        log.info(
+            "listening",
+            extra={
+                "fields": {"address": ",".join(self.settings.listen_address), "ports": self.ports}
+            },
+        )
+
+    @property
+    def ports(self) -> list[int]:
+        """The TCP ports bound, in listen-address order (several for a host name or ``:port``)."""
+        if self._runner is None:
+            return []
+        ports: list[int] = []
+        for address in self._runner.addresses:
+            port = int(address[1])
+            if port not in ports:
+                ports.append(port)
+        return ports
+
+    @property
+    def port(self) -> int | None:
+        """The first bound port (the one to tell a user about)."""
+        return self.ports[0] if self.ports else None
+
+    def refresh(self) -> None:
+        """Start rendering a new /metrics body (a collection just finished)."""
+        self.exposition.refresh()
+
+    async def stop(self) -> None:
+        """Stop serving and close every connection."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
