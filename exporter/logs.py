@@ -1,33 +1,45 @@
-"""Logging set-up: logfmt or JSON lines on stderr, with every secret replaced by ``***``.
+"""Logging set-up: logfmt or JSON lines on stderr, keyed as Go's slog writes them, secrets ``***``.
 
 Structured fields go in ``extra={"fields": {...}}``::
 
     log.warning("collection failed", extra={"fields": {"reason": "timeout"}})
 
-renders as ``ts=... level=warn logger=exporter.poller msg="collection failed" reason=timeout``.
-Redaction runs on each value and again on the finished line, exception text included, so a
-DSN that slips into a message or a traceback is still masked.
+renders, inside a queue's tasks, as (one line)::
+
+    time=2026-12-03T10:00:00.123Z level=WARN source=poller.py:123 msg="collection failed"
+    queue=orders reason=timeout
+
+the keys and level names of the Go exporters (slog through prometheus/common's promslog), so one
+log pipeline parses both. ``queue`` comes from :func:`log_fields`, bound once where a queue's
+tasks are started, so every line those tasks write names their queue. Redaction runs on each
+value and again on the finished line, exception text included, so a DSN that slips into a
+message or a traceback is still masked.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import json
 import logging
+import os
 import re
 import sys
+import types
 import urllib.parse
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TextIO
 
 from exporter.settings.secrets import redact_dsn, redact_dsn_userinfo
 
+# slog's level names; slog has no CRITICAL, and nothing here logs one.
 _LEVEL_NAMES = {
-    logging.DEBUG: "debug",
-    logging.INFO: "info",
-    logging.WARNING: "warn",
-    logging.ERROR: "error",
-    logging.CRITICAL: "error",
+    logging.DEBUG: "DEBUG",
+    logging.INFO: "INFO",
+    logging.WARNING: "WARN",
+    logging.ERROR: "ERROR",
+    logging.CRITICAL: "ERROR",
 }
 _LEVELS = {
     "debug": logging.DEBUG,
@@ -36,6 +48,10 @@ _LEVELS = {
     "error": logging.ERROR,
 }
 REDACTED = "***"
+# Fields every record written in this context carries (after msg, as slog's With() attrs).
+_CONTEXT_FIELDS: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
+    "jobqueue_exporter_log_fields", default=types.MappingProxyType({})
+)
 _KV_IN_LINE_RE = re.compile(r"(?P<pre>password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^\s&\"\\]+)", re.I)
 
 
@@ -72,6 +88,21 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
+@contextlib.contextmanager
+def log_fields(**fields: object) -> Iterator[None]:
+    """Add these fields to every record logged in this context, and in tasks started in it."""
+    token = _CONTEXT_FIELDS.set({**_CONTEXT_FIELDS.get(), **fields})
+    try:
+        yield
+    finally:
+        _CONTEXT_FIELDS.reset(token)
+
+
+def _source(record: logging.LogRecord) -> str:
+    # promslog's form: the file's base name and the line, not the logger's dotted name.
+    return f"{os.path.basename(record.pathname)}:{record.lineno}"
+
+
 class _StructuredFormatter(logging.Formatter):
     """Collects a record's fields in order; subclasses render them as one line."""
 
@@ -80,16 +111,18 @@ class _StructuredFormatter(logging.Formatter):
         self.redact = redactor
 
     def fields_of(self, record: logging.LogRecord) -> list[tuple[str, object]]:
-        """ts, level, logger, msg, the record's extra fields, then exc (one string)."""
+        """time, level, source, msg, the context's fields, the record's, then exc (one string)."""
         items: list[tuple[str, object]] = [
-            ("ts", _timestamp(record)),
-            ("level", _LEVEL_NAMES.get(record.levelno, record.levelname.lower())),
-            ("logger", record.name),
+            ("time", _timestamp(record)),
+            ("level", _LEVEL_NAMES.get(record.levelno, record.levelname.upper())),
+            ("source", _source(record)),
             ("msg", record.getMessage()),
         ]
         extra = getattr(record, "fields", None)
-        if isinstance(extra, dict):
-            items.extend((str(key), value) for key, value in extra.items())
+        own = {str(key): value for key, value in extra.items()} if isinstance(extra, dict) else {}
+        # A field the record sets itself wins over the context's (no key is written twice).
+        items.extend((key, value) for key, value in _CONTEXT_FIELDS.get().items() if key not in own)
+        items.extend(own.items())
         if record.exc_info:
             items.append(("exc", self.formatException(record.exc_info)))
         elif record.exc_text:
@@ -173,15 +206,43 @@ def make_formatter(fmt: str, secrets: Iterable[str]) -> logging.Formatter:
 class _ExporterHandler(logging.StreamHandler[TextIO]):
     """Marks the handler this module installed, so a second set-up replaces it."""
 
+    secrets: frozenset[str] = frozenset()
+
+
+def _installed() -> _ExporterHandler | None:
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, _ExporterHandler):
+            return handler
+    return None
+
 
 def setup_logging(
     level: str, fmt: str, secrets: Iterable[str], stream: TextIO | None = None
 ) -> None:
     """Send all logging to stderr (or ``stream``) in logfmt or JSON, secrets redacted."""
     handler = _ExporterHandler(stream if stream is not None else sys.stderr)
-    handler.setFormatter(make_formatter(fmt, secrets))
+    handler.secrets = frozenset(secrets)
+    handler.setFormatter(make_formatter(fmt, handler.secrets))
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _ExporterHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(parse_level(level))
+
+
+def reconfigure_logging(level: str, fmt: str, secrets: Iterable[str]) -> bool:
+    """Apply a reloaded level and format to the installed handler, on the same stream.
+
+    Secrets are added to those already known, never dropped: a line about the old settings may
+    still be on its way. False (and nothing changed) when :func:`setup_logging` never ran, as
+    when the service is embedded in another program that owns its logging.
+    """
+    handler = _installed()
+    if handler is None:
+        return False
+    formatter = make_formatter(fmt, handler.secrets | set(secrets))  # ValueError before any change
+    level_number = parse_level(level)
+    handler.secrets |= set(secrets)
+    handler.setFormatter(formatter)
+    logging.getLogger().setLevel(level_number)
+    return True

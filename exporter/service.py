@@ -14,6 +14,7 @@ import sys
 from collections.abc import Hashable, Sequence
 
 from exporter.db import ConnectOptions, Database
+from exporter.logs import log_fields
 from exporter.model import QueueView
 from exporter.poller import Poller
 from exporter.settings import QueueSettings, Settings
@@ -52,8 +53,9 @@ class QueueRuntime:
         return self.settings.name
 
     def start(self) -> None:
-        """Start collecting in the background."""
-        self._task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
+        """Start collecting in the background; every line its tasks log carries ``queue=``."""
+        with log_fields(queue=self.name):
+            self._task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
 
     def readiness(self) -> str | None:
         """None when the queue's last collection succeeded recently enough, else why not."""

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +14,6 @@ import yaml
 
 from exporter import __version__
 from exporter.cli import build_parser, main, settings_from_namespace
-from exporter.logs import setup_logging
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
@@ -172,72 +169,6 @@ def test_render_rules_needs_no_dsn_and_uses_alert_settings(
 
 
 # --- Logging ----------------------------------------------------------------------------------
-
-LOGFMT_LINE = re.compile(
-    r"ts=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z level=warn logger=exporter\.poller "
-    r'msg="collection failed" reason=timeout attempt=3 detail="a b"'
-)
-
-
-def log_lines(fmt: str, level: str = "info", secrets: tuple[str, ...] = (PASSWORD,)) -> io.StringIO:
-    stream = io.StringIO()
-    setup_logging(level, fmt, secrets, stream=stream)
-    return stream
-
-
-def test_logfmt_line_with_fields() -> None:
-    stream = log_lines("logfmt")
-    fields = {"reason": "timeout", "attempt": 3, "detail": "a b"}
-    logging.getLogger("exporter.poller").warning("collection failed", extra={"fields": fields})
-    line = stream.getvalue()
-    assert LOGFMT_LINE.fullmatch(line.rstrip("\n")), line
-    assert line.count("\n") == 1
-
-
-def test_json_line_with_fields_and_level_filter() -> None:
-    stream = log_lines("json", level="warn")
-    log = logging.getLogger("exporter.poller")
-    log.info("not shown")
-    log.error("collection failed", extra={"fields": {"reason": "timeout", "n": 2}})
-    lines = stream.getvalue().splitlines()
-    assert len(lines) == 1
-    record = json.loads(lines[0])
-    assert record["level"] == "error"
-    assert record["logger"] == "exporter.poller"
-    assert record["msg"] == "collection failed"
-    assert (record["reason"], record["n"]) == ("timeout", 2)
-    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", record["ts"])
-
-
-@pytest.mark.parametrize("fmt", ["logfmt", "json"])
-def test_secrets_are_redacted_everywhere_including_exceptions(fmt: str) -> None:
-    stream = log_lines(fmt)
-    log = logging.getLogger("exporter.db")
-    log.info("connecting to %s", DSN_WITH_PASSWORD)
-    log.info("kv", extra={"fields": {"dsn": f"host=h password={PASSWORD} user=app"}})
-    log.info("encoded", extra={"fields": {"dsn": "postgresql://app:p%40ss@h/db"}})
-    log.info("bare secret %s in text", PASSWORD)
-    try:
-        raise ConnectionError(f"could not connect to postgresql://other:xyzzy@h/db ({PASSWORD})")
-    except ConnectionError:
-        log.exception("connection failed")
-    output = stream.getvalue()
-    for secret in (PASSWORD, "xyzzy", "p%40ss"):
-        assert secret not in output
-    assert "postgresql://app:***@db.example" in output
-    assert "password=***" in output
-    assert "ConnectionError: could not connect to postgresql://other:***@h/db (***)" in output
-    assert len(output.splitlines()) == 5  # the traceback stays on its record's line
-    if fmt == "json":
-        for line in output.splitlines():
-            json.loads(line)
-
-
-def test_percent_encoded_secret_is_redacted() -> None:
-    stream = log_lines("logfmt", secrets=("p@ss/word",))
-    logging.getLogger("x").info("dsn path p%40ss%2Fword and raw p@ss/word")
-    assert "p%40ss%2Fword" not in stream.getvalue()
-    assert "p@ss/word" not in stream.getvalue()
 
 
 def test_main_sets_up_logging_that_redacts_the_dsn_password(
