@@ -420,20 +420,28 @@ async def exporter_connections(dsn: str) -> int:
 
 
 async def serving(
-    url: str, clients: int, seconds: float, period: float | None = None
+    url: str,
+    clients: int,
+    seconds: float,
+    period: float | None = None,
+    encoding: str = "identity",
 ) -> dict[str, Any]:
     """Latency of /metrics under ``clients`` concurrent scrapers for ``seconds``.
 
     Without ``period`` each scraper asks again as soon as it has its answer (closed loop: the
     server's saturation, where latency is clients / throughput); with it, each scrapes once
-    per ``period`` seconds at a random phase, as that many Prometheus servers would.
+    per ``period`` seconds at a random phase, as that many Prometheus servers would. Each asks
+    for ``encoding`` (Prometheus sends ``gzip``); bodies are timed and sized as sent, not
+    decompressed, since Prometheus decompresses on its own side.
     """
     latencies: list[float] = []
     sizes: list[int] = []
     errors = 0
     deadline = time.monotonic() + seconds
     connector = aiohttp.TCPConnector(limit=clients)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(
+        connector=connector, headers={"Accept-Encoding": encoding}, auto_decompress=False
+    ) as session:
 
         async def scraper() -> None:
             nonlocal errors
@@ -457,6 +465,7 @@ async def serving(
         "clients": clients,
         "seconds": seconds,
         "period": period,
+        "encoding": encoding,
         "requests": len(latencies),
         "requests_per_s": len(latencies) / elapsed,
         "p50_ms": percentile(latencies, 50),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from exporter.metrics import CONTENT_TYPE
+from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition, StateSource
 from exporter.web.status import status_page
 
@@ -14,8 +15,14 @@ def add_routes(
 ) -> None:
     """/metrics (at its configured path), /healthz, /readyz and the status page at /."""
 
-    async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=await exposition.body(), headers={"Content-Type": CONTENT_TYPE})
+    async def metrics(request: web.Request) -> web.Response:
+        encoded = await exposition.body()
+        coding = choose_encoding(request.headers.get("Accept-Encoding"), encoded)
+        # Vary on every answer, so a cache between us and a scraper never mixes codings.
+        headers = {"Content-Type": CONTENT_TYPE, "Vary": "Accept-Encoding"}
+        if coding != IDENTITY:
+            headers["Content-Encoding"] = coding
+        return web.Response(body=encoded[coding], headers=headers)
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import io
 import logging
 import time
@@ -174,5 +175,43 @@ async def test_real_exporter_refuses_bad_requests_and_requires_auth_when_configu
                 assert r.status in (400, 404)
             async with http.get(f"{base}/metrics", headers=good) as r:  # still serving
                 assert r.status == 200
+    finally:
+        await exporter.stop()
+
+
+async def test_metrics_are_compressed_for_scrapers_that_ask_and_plain_for_the_rest(
+    db_dsn: str,
+) -> None:
+    exporter = Service(fast_settings(db_dsn))
+    await exporter.start()
+    try:
+        await exporter.queues[0].poller.wait_for_success()
+        url = f"http://127.0.0.1:{exporter.port}/metrics"
+        async with aiohttp.ClientSession(auto_decompress=False) as http:
+            async with http.get(url, headers={"Accept-Encoding": "identity"}) as r:
+                plain = await r.read()
+                assert "Content-Encoding" not in r.headers
+                assert r.headers["Vary"] == "Accept-Encoding"
+            async with http.get(url, headers={"Accept-Encoding": "gzip"}) as r:  # Prometheus
+                packed = await r.read()
+                assert r.headers["Content-Encoding"] == "gzip"
+                assert r.headers["Vary"] == "Accept-Encoding"
+                assert int(r.headers["Content-Length"]) == len(packed)
+            async with http.head(url, headers={"Accept-Encoding": "gzip"}) as r:
+                assert r.headers["Content-Encoding"] == "gzip"
+            async with http.get(url, headers={"Accept-Encoding": "zstd, gzip;q=0.5"}) as r:
+                zstd_body = await r.read()
+                coding = r.headers["Content-Encoding"]
+        assert len(packed) < len(plain) / 3  # an empty queue; ~10x on a busy one
+        text = gzip.decompress(packed).decode()
+        assert value(parse(text), "jobqueue_up") == 1
+        # Both bodies come from renderings of the same state: the same series.
+        assert parse(text).keys() == parse(plain.decode()).keys()
+        if coding == "zstd":
+            from backports.zstd import decompress
+
+            assert parse(decompress(zstd_body).decode()).keys() == parse(text).keys()
+        else:
+            assert coding == "gzip"  # no zstd in this Python: the next best
     finally:
         await exporter.stop()

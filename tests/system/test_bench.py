@@ -53,6 +53,9 @@ def test_quick_benchmark_writes_every_figure(tmp_path: Path) -> None:
     assert size["serving"]["requests"] > 0
     assert size["serving"]["errors"] == 0
     assert size["serving"]["body_bytes"] > 1000
+    # Scrapers that ask for gzip get it: a tenth of the bytes or less.
+    assert size["serving_gzip"]["errors"] == 0
+    assert 0 < size["serving_gzip"]["body_bytes"] < size["serving"]["body_bytes"] / 5
     assert size["footprint"]["rss_max_bytes"] > 0
     assert 1 <= size["exporter_connections"] <= 2
     # The table printed matches the JSON.
