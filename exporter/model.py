@@ -221,3 +221,13 @@ class QueueView:
     up: bool
     collection_timeout: float
     tracked: int
+
+
+@dataclass(frozen=True)
+class ConfigStatus:
+    """How the last load of the configuration went: at start-up, then at each reload."""
+
+    successful: bool = True  # False while a reload has failed and the previous settings run
+    last_success_at: float = 0.0  # Unix time (exporter clock: no database is involved)
+    last_error: str | None = None  # why the last reload failed, naming the field
+    last_failure_at: float | None = None

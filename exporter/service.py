@@ -11,14 +11,16 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Hashable, Sequence
 
 from exporter.db import ConnectOptions, Database
 from exporter.logs import log_fields
-from exporter.model import QueueView
+from exporter.model import ConfigStatus, QueueView
 from exporter.poller import Poller
 from exporter.settings import QueueSettings, Settings
 from exporter.web.server import WebServer
+from exporter.web.status import QueueStatus
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,15 @@ class QueueRuntime:
         self.database = Database(connect_options(settings))
         self.poller = Poller(settings, self.database)
         self._task: asyncio.Task[None] | None = None
+        # The poller clears its error on success; the status page keeps the last one, and when.
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        self.poller.listeners.append(self._note_error)
+
+    def _note_error(self) -> None:
+        error = self.poller.health.last_error
+        if error is not None and not self.poller.health.up:
+            self.last_error, self.last_error_at = error, time.time()
 
     @property
     def name(self) -> str:
@@ -63,6 +74,12 @@ class QueueRuntime:
             return None
         return self.poller.health.last_error or "no successful collection yet"
 
+    def status(self) -> QueueStatus:
+        """The queue as the status page shows it."""
+        return QueueStatus(
+            self.poller.view(), self.readiness(), self.last_error, self.last_error_at
+        )
+
     async def stop(self) -> None:
         """Stop collecting and close every connection of this queue."""
         if self._task is not None:
@@ -76,6 +93,7 @@ class Service:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.config_status = ConfigStatus(last_success_at=time.time())
         self.queues = [QueueRuntime(queue) for queue in settings.queues]
         self.web = WebServer(settings.web, self)
         for queue in self.queues:
@@ -106,6 +124,14 @@ class Service:
     def readiness(self) -> Sequence[tuple[str, str | None]]:
         """(queue, None) for each ready queue, (queue, why not) for the others."""
         return [(queue.name, queue.readiness()) for queue in self.queues]
+
+    def config(self) -> ConfigStatus:
+        """How the last load of the configuration went."""
+        return self.config_status
+
+    def queue_status(self) -> Sequence[QueueStatus]:
+        """Each queue as the status page shows it."""
+        return [queue.status() for queue in self.queues]
 
     # --- Lifecycle ------------------------------------------------------------------------
 

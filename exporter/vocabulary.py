@@ -57,6 +57,9 @@ DEAD_INDEX = "job_exporter_dead_idx"
 REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 INDEX_FILE = "exporter/sql/indexes.sql"
 
+# The project's documentation, linked from the status page.
+DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/docs"
+
 # Where the shipped alerts' runbooks live; alerts link to <base>#<lowercased alert name>.
 RUNBOOK_BASE_URL = (
     "https://github.com/jobqueue-exporter/jobqueue-exporter/blob/main/docs/runbooks.md"

@@ -24,6 +24,12 @@ from exporter.settings import (
 
 # The queue label of the tests' queue; value() expects it unless told another.
 QUEUE = "test"
+# Series about the process rather than a queue: no queue label.
+PROCESS_WIDE = {
+    "jobqueue_exporter_build_info",
+    "jobqueue_exporter_config_last_reload_successful",
+    "jobqueue_exporter_config_last_reload_success_timestamp_seconds",
+}
 
 
 def fast_queue(dsn: str, name: str = QUEUE, **collect: object) -> QueueSettings:
@@ -78,7 +84,7 @@ def value(
     samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str
 ) -> float:
     """One sample's value (of the tests' queue unless ``queue`` is given); KeyError when absent."""
-    if name != "jobqueue_exporter_build_info":
+    if name not in PROCESS_WIDE:
         labels.setdefault("queue", QUEUE)
     return samples[(name, tuple(sorted(labels.items())))]
 

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.metrics.definitions import BY_NAME
-from exporter.model import ActiveStats, Histogram, QueueView
+from exporter.model import ActiveStats, ConfigStatus, Histogram, QueueView
 from exporter.vocabulary import (
     COLLECTION_ERROR_REASONS,
     COST_COMPONENTS,
@@ -49,8 +49,9 @@ def _histogram(name: str) -> HistogramMetricFamily:
 class QueueCollector(Collector):
     """Renders the views of every queue as metric families, built fresh on every collect()."""
 
-    def __init__(self, views: Sequence[QueueView]) -> None:
+    def __init__(self, views: Sequence[QueueView], config: ConfigStatus | None = None) -> None:
         self.views = list(views)
+        self.config = config
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family; a queue's gauges only while it has a (fresh) snapshot."""
@@ -63,6 +64,12 @@ class QueueCollector(Collector):
                 else:
                     found.samples.extend(metric.samples)
         yield from families.values()
+        if self.config is not None:
+            reloaded = _gauge("jobqueue_exporter_config_last_reload_successful")
+            reloaded.add_metric([], 1 if self.config.successful else 0)
+            loaded_at = _gauge("jobqueue_exporter_config_last_reload_success_timestamp_seconds")
+            loaded_at.add_metric([], self.config.last_success_at)
+            yield from (reloaded, loaded_at)
         build = _gauge("jobqueue_exporter_build_info")
         build.add_metric([__version__], 1)
         yield build
@@ -202,16 +209,24 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
 
 
 def build_registry(
-    views: Sequence[QueueView], *, process_metrics: bool = True
+    views: Sequence[QueueView],
+    *,
+    process_metrics: bool = True,
+    config: ConfigStatus | None = None,
 ) -> CollectorRegistry:
     """A private registry holding the queues' collector (and process_* metrics)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(QueueCollector(views))
+    registry.register(QueueCollector(views, config))
     if process_metrics:
         ProcessCollector(registry=registry)
     return registry
 
 
-def render(views: Sequence[QueueView], *, process_metrics: bool = True) -> bytes:
+def render(
+    views: Sequence[QueueView],
+    *,
+    process_metrics: bool = True,
+    config: ConfigStatus | None = None,
+) -> bytes:
     """The text exposition of the queues' views (safe to call from a worker thread)."""
-    return generate_latest(build_registry(views, process_metrics=process_metrics))
+    return generate_latest(build_registry(views, process_metrics=process_metrics, config=config))

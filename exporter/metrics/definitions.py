@@ -304,6 +304,22 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "tracker",
     ),
     _d(
+        "jobqueue_exporter_config_last_reload_successful",
+        "gauge",
+        (),
+        "1 when the last reload of the configuration (SIGHUP or POST /-/reload) succeeded or "
+        "none was tried; 0 while a file that failed to load waits and the previous settings run.",
+        "reload",
+    ),
+    _d(
+        "jobqueue_exporter_config_last_reload_success_timestamp_seconds",
+        "gauge",
+        (),
+        "Unix time (the exporter's clock) the configuration was last loaded successfully, at "
+        "start-up or by a reload.",
+        "reload",
+    ),
+    _d(
         "jobqueue_exporter_build_info",
         "gauge",
         ("version",),

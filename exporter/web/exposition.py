@@ -18,8 +18,9 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Protocol
 
 from exporter.metrics import render
-from exporter.model import QueueView
+from exporter.model import ConfigStatus, QueueView
 from exporter.web.encoding import encode_all
+from exporter.web.status import QueueStatus
 
 # A rendering is reused until the next collection, so fifty concurrent scrapers cost one
 # rendering, not fifty; past this age it is renewed anyway (process_* metrics move).
@@ -40,6 +41,12 @@ class StateSource(Protocol):
 
     def readiness(self) -> Sequence[tuple[str, str | None]]:
         """(queue, None) when the queue is ready, else (queue, why not)."""
+
+    def config(self) -> ConfigStatus:
+        """How the last load of the configuration went (start-up or reload)."""
+
+    def queue_status(self) -> Sequence[QueueStatus]:
+        """Each queue as the status page shows it."""
 
 
 class Exposition:
@@ -80,14 +87,14 @@ class Exposition:
     async def _render(self) -> None:
         try:
             verdict = self.source.verdict()
-            views = self.source.views()
-            self._body = await asyncio.to_thread(_render_encoded, views)
+            views, config = self.source.views(), self.source.config()
+            self._body = await asyncio.to_thread(_render_encoded, views, config)
             self._verdict = verdict
             self._rendered_at = time.monotonic()
         finally:
             self._pending = None
 
 
-def _render_encoded(views: Sequence[QueueView]) -> Mapping[str, bytes]:
+def _render_encoded(views: Sequence[QueueView], config: ConfigStatus) -> Mapping[str, bytes]:
     """Render, then compress in every coding, in one worker-thread step."""
-    return encode_all(render(views))
+    return encode_all(render(views, config=config))

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 
 from exporter.metrics import CONTENT_TYPE
 from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition, StateSource
-from exporter.web.status import status_page
+from exporter.web.status import StatusPage, status_page
 
 
 def add_routes(
@@ -34,9 +36,17 @@ def add_routes(
         lines = "".join(f"queue {queue}: not ready: {why}\n" for queue, why in waiting)
         return web.Response(status=503, text=lines)
 
+    started = time.monotonic()
+
     async def landing(_: web.Request) -> web.Response:
-        page = status_page(telemetry_path, source.readiness())
-        return web.Response(text=page, content_type="text/html")
+        page = StatusPage(
+            telemetry_path=telemetry_path,
+            uptime=time.monotonic() - started,
+            now=time.time(),
+            config=source.config(),
+            queues=source.queue_status(),
+        )
+        return web.Response(text=status_page(page), content_type="text/html")
 
     app.router.add_get(telemetry_path, metrics)
     app.router.add_get("/healthz", healthz)

@@ -1,27 +1,181 @@
-"""The page at ``/``: what a person opening the exporter's port needs to see at a glance."""
+"""The page at ``/``: what a person opening the exporter's port needs to see at a glance.
+
+Version, uptime, the configuration's last load, and one row per queue: up or down, leader or
+standby, last success, last error, collection time, tracked jobs and jobs by status. One
+self-contained HTML document (inline CSS, no script, no external asset), every value escaped.
+"""
 
 from __future__ import annotations
 
+import datetime
 import html
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from exporter import __version__
+from exporter.model import ConfigStatus, QueueView
+from exporter.vocabulary import DOCS_URL, PROJECT
 
 
-def status_page(telemetry_path: str, readiness: Sequence[tuple[str, str | None]]) -> str:
-    """Version, links, and each queue's readiness, as self-contained HTML."""
-    path = html.escape(telemetry_path)
-    rows = "".join(
-        f"<tr><td>{html.escape(queue)}</td><td>{'ready' if why is None else 'not ready'}</td>"
-        f"<td>{html.escape(why or '')}</td></tr>"
-        for queue, why in readiness
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue as the status page shows it."""
+
+    view: QueueView
+    ready: str | None  # None when ready, else why not
+    last_error: str | None  # the last failure, kept after recovery (the view's clears)
+    last_error_at: float | None  # Unix time, exporter clock
+
+
+@dataclass(frozen=True)
+class StatusPage:
+    """Everything the page shows, gathered on the event loop, rendered anywhere."""
+
+    telemetry_path: str
+    uptime: float
+    now: float  # Unix time, to say how long ago things happened
+    config: ConfigStatus
+    queues: Sequence[QueueStatus]
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#1d2430;
+background:#f6f7f9}
+h1{font-size:20px;margin:0 0 4px}h1 small{font-weight:400;color:#5b6472}
+nav a{margin-right:14px}a{color:#0b5cad}
+.meta{color:#5b6472;margin:6px 0 18px}
+table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;width:100%}
+th,td{padding:7px 10px;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}
+th{background:#eef1f4;font-weight:600;font-size:12px;text-transform:uppercase;color:#3d4552}
+td.n{text-align:right;font-variant-numeric:tabular-nums}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
+.up{background:#d7f5dd;color:#0f6b26}.down{background:#fde0df;color:#a3211b}
+.standby{background:#e8eaee;color:#4a5260}.leader{background:#dbe9fb;color:#164f94}
+.err{color:#a3211b;max-width:28em;word-break:break-word}.muted{color:#8a919c}
+.banner{padding:8px 12px;border-radius:6px;margin:0 0 14px;background:#fde0df;color:#a3211b}
+"""
+
+
+def _ago(now: float, then: float | None) -> str:
+    """``12 s ago``, ``3 min ago``, ``2 h ago``, ``4 d ago``; ``never`` for None or 0."""
+    if not then:
+        return "never"
+    return _duration(max(0.0, now - then)) + " ago"
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def _elapsed(seconds: float) -> str:
+    """A collection time: milliseconds below a second."""
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _utc(moment: float) -> str:
+    stamp = datetime.datetime.fromtimestamp(moment, tz=datetime.UTC)
+    return stamp.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _when(now: float, moment: float | None) -> str:
+    """How long ago, with the exact time as a tooltip."""
+    if not moment:
+        return '<span class="muted">never</span>'
+    return f'<span title="{_utc(moment)}">{_ago(now, moment)}</span>'
+
+
+def _counts(view: QueueView) -> list[str]:
+    """Pending, running, dead, done, stuck and the oldest pending age, or dashes when withdrawn."""
+    snapshot = view.snapshot
+    if snapshot is None:
+        return ['<span class="muted">&ndash;</span>'] * 6
+    active = snapshot.active.values()
+    dead = sum(snapshot.dead.values()) if snapshot.dead is not None else None
+    done = sum(snapshot.done.values()) if snapshot.done is not None else None
+    stuck = sum(s.stuck_lease_expired + s.stuck_overrun for s in active)
+    oldest = max((s.oldest_pending_age for s in active), default=0.0)
+    cells: list[int | str | None] = [
+        sum(s.pending for s in active),
+        sum(s.running for s in active),
+        dead,
+        done,
+        stuck,
+        _duration(oldest) if oldest else "none",
+    ]
+    return [
+        '<span class="muted" title="not counted (collect.done_count)">&ndash;</span>'
+        if cell is None
+        else html.escape(f"{cell:,}" if isinstance(cell, int) else cell)
+        for cell in cells
+    ]
+
+
+def _queue_row(status: QueueStatus, now: float) -> str:
+    view = status.view
+    state = "up" if view.up else "down"
+    role = "leader" if view.leader else "standby"
+    why = (
+        ""
+        if status.ready is None
+        else f'<div class="err">not ready: {html.escape(status.ready)}</div>'
     )
+    if status.last_error:
+        error = (
+            f'<div class="err">{html.escape(status.last_error)}</div>'
+            f'<div class="muted">{_when(now, status.last_error_at)}</div>'
+        )
+    else:
+        error = '<span class="muted">none</span>'
+    cells = [
+        f"<td><b>{html.escape(view.queue)}</b></td>",
+        f'<td><span class="badge {state}">{state}</span>{why}</td>',
+        f'<td><span class="badge {role}">{role}</span></td>',
+        f"<td>{_when(now, view.health.last_success_at)}</td>",
+        f"<td>{error}</td>",
+        f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
+        f'<td class="n">{view.tracked:,}</td>',
+        *(f'<td class="n">{cell}</td>' for cell in _counts(view)),
+    ]
+    return f'<tr id="queue-{html.escape(view.queue)}">' + "".join(cells) + "</tr>"
+
+
+_HEAD = (
+    "queue", "state", "role", "last success", "last error", "collection", "tracked jobs",
+    "pending", "running", "dead", "done", "stuck", "oldest pending",
+)  # fmt: skip
+
+
+def _config_line(config: ConfigStatus, now: float) -> str:
+    loaded = f"configuration loaded {_when(now, config.last_success_at)}"
+    if config.successful:
+        return f'<p class="meta">{loaded}</p>'
+    error = html.escape(config.last_error or "unknown error")
     return (
-        '<!doctype html><html><head><meta charset="utf-8"><title>jobqueue-exporter</title>'
-        "</head><body>"
-        f"<h1>jobqueue-exporter {html.escape(__version__)}</h1>"
-        f'<p><a href="{path}">Metrics</a> · <a href="/healthz">healthz</a> · '
-        '<a href="/readyz">readyz</a></p>'
-        "<table><tr><th>queue</th><th>state</th><th>last error</th></tr>"
-        f"{rows}</table></body></html>\n"
+        f'<p class="banner">The last reload failed {_when(now, config.last_failure_at)}: '
+        f"{error}. The previous configuration is still running.</p>"
+        f'<p class="meta">{loaded}</p>'
+    )
+
+
+def status_page(page: StatusPage) -> str:
+    """The whole page as one self-contained HTML document."""
+    path = html.escape(page.telemetry_path, quote=True)
+    ready = sum(1 for q in page.queues if q.ready is None)
+    rows = "".join(_queue_row(q, page.now) for q in page.queues)
+    head = "".join(f"<th>{name}</th>" for name in _HEAD)
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{PROJECT}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{PROJECT} <small>{html.escape(__version__)}</small></h1>"
+        f'<p class="meta">up {_duration(page.uptime)} · {ready} of {len(page.queues)} '
+        f"queues ready · {_utc(page.now)}</p>"
+        f'<nav><a href="{path}">Metrics</a><a href="/healthz">/healthz</a>'
+        f'<a href="/readyz">/readyz</a><a href="{DOCS_URL}">Documentation</a></nav>'
+        f"{_config_line(page.config, page.now)}"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+        "</body></html>\n"
     )

@@ -9,10 +9,11 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
-from exporter.model import QueueView
+from exporter.model import ConfigStatus, QueueView
 from exporter.web import encoding
 from exporter.web.encoding import choose_encoding, encode_all, parse_accept_encoding
 from exporter.web.exposition import Exposition
+from exporter.web.status import QueueStatus
 from tests.unit.factories import view
 
 ALL = {"identity": b"", "gzip": b"", "zstd": b""}
@@ -90,6 +91,12 @@ class Source:
 
     def readiness(self) -> Sequence[tuple[str, str | None]]:
         return [("orders", None if self.up else "down")]
+
+    def config(self) -> ConfigStatus:
+        return ConfigStatus(last_success_at=1.0)
+
+    def queue_status(self) -> Sequence[QueueStatus]:
+        return []
 
 
 def up_line(body: bytes) -> bytes:

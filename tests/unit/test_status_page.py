@@ -1,0 +1,128 @@
+"""The status page at /: every queue's state at a glance, escaped, self-contained."""
+
+from __future__ import annotations
+
+import re
+from html.parser import HTMLParser
+
+from exporter import __version__
+from exporter.model import ConfigStatus, Health
+from exporter.vocabulary import DOCS_URL
+from exporter.web.status import QueueStatus, StatusPage, status_page
+from tests.unit.factories import view
+
+NOW = 1_800_000_000.0
+DASH = "\u2013"  # what &ndash; becomes once parsed
+
+
+class Page(HTMLParser):
+    """The page's text per table row, its links and every tag seen."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self.links: list[str] = []
+        self.tags: set[str] = set()
+        self.attrs: list[tuple[str, str | None]] = []
+        self._row: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        self.attrs.extend(attrs)
+        found = dict(attrs)
+        if tag == "a":
+            self.links.append(found["href"] or "")
+        if tag == "tr" and (found.get("id") or "").startswith("queue-"):
+            self._row = (found["id"] or "").removeprefix("queue-")
+            self.rows[self._row] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and data.strip():
+            self.rows[self._row].append(data.strip())
+
+
+def page(*queues: QueueStatus, config: ConfigStatus | None = None, path: str = "/metrics") -> str:
+    return status_page(
+        StatusPage(
+            telemetry_path=path,
+            uptime=3725.0,
+            now=NOW,
+            config=config or ConfigStatus(last_success_at=NOW - 60),
+            queues=queues,
+        )
+    )
+
+
+def healthy(name: str = "orders") -> QueueStatus:
+    v = view(name, health=Health(up=True, last_success_at=NOW - 12, collection_duration=0.0042))
+    return QueueStatus(v, None, None, None)
+
+
+def down(name: str = "mails") -> QueueStatus:
+    v = view(name, up=False, snapshot=None, health=Health(up=False, collection_duration=2.0))
+    return QueueStatus(v, "connection failed: refused", "connection failed: refused", NOW - 5)
+
+
+def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> None:
+    parsed = Page(page(healthy(), down()))
+    orders, mails = parsed.rows["orders"], parsed.rows["mails"]
+    assert orders[:4] == ["orders", "up", "leader", "12 s ago"]
+    assert "none" in orders  # no error
+    # collection time, tracked jobs, pending, running, dead, done (not counted), stuck, oldest
+    assert orders[5:] == ["4.2 ms", "4", "3", "1", "4", DASH, "1", "12 s"]
+    assert mails[:3] == ["mails", "down", "not ready: connection failed: refused"]
+    assert "connection failed: refused" in mails
+    assert "5 s ago" in mails
+    assert "never" in mails  # no success yet
+    assert mails.count(DASH) == 6  # gauges withdrawn: no stale counts
+
+
+def test_header_shows_version_uptime_readiness_and_links() -> None:
+    text = page(healthy(), down(), path="/custom")
+    assert f"jobqueue-exporter <small>{__version__}</small>" in text
+    assert "up 1 h · 1 of 2 queues ready" in text
+    assert Page(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
+    assert "configuration loaded" in text
+    assert "reload failed" not in text
+
+
+def test_a_standby_says_so() -> None:
+    status = healthy()
+    standby = QueueStatus(view(leader=False, snapshot=None, tallies=None), None, None, None)
+    assert Page(page(status, standby)).rows["orders"][2] == "standby"
+
+
+def test_a_failed_reload_is_a_banner_naming_the_error() -> None:
+    config = ConfigStatus(
+        successful=False,
+        last_success_at=NOW - 3600,
+        last_error="queues[1].collect.interval: expected a duration",
+        last_failure_at=NOW - 30,
+    )
+    text = page(healthy(), config=config)
+    assert re.search(r'class="banner">The last reload failed <span title="[^"]+">30 s ago', text)
+    assert "queues[1].collect.interval: expected a duration" in text
+    assert "previous configuration is still running" in text
+
+
+def test_every_value_is_escaped() -> None:
+    hostile = '<script>alert("x")</script>'
+    status = down(hostile)
+    status = QueueStatus(status.view, hostile, hostile, NOW)
+    text = page(status, path='/m"><script>')
+    assert "<script" not in text
+    parsed = Page(text)
+    assert hostile in parsed.rows
+    assert parsed.links[0] == '/m"><script>'
+
+
+def test_the_page_is_self_contained() -> None:
+    parsed = Page(page(healthy(), down()))
+    assert not parsed.tags & {"script", "link", "img", "iframe", "object"}
+    assert not [value for name, value in parsed.attrs if name == "src"]
+    assert [link for link in parsed.links if "://" in link] == [DOCS_URL]
