@@ -47,7 +47,7 @@ nav a{margin-right:14px}a{color:#0b5cad}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;width:100%}
 th,td{padding:7px 10px;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}
 th{background:#eef1f4;font-weight:600;font-size:12px;text-transform:uppercase;color:#3d4552}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
+td.n{text-align:right;font-variant-numeric:tabular-nums}td.s{white-space:nowrap}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
 .up{background:#d7f5dd;color:#0f6b26}.down{background:#fde0df;color:#a3211b}
 .standby{background:#e8eaee;color:#4a5260}.leader{background:#dbe9fb;color:#164f94}
@@ -117,11 +117,11 @@ def _queue_row(status: QueueStatus, now: float) -> str:
     view = status.view
     state = "up" if view.up else "down"
     role = "leader" if view.leader else "standby"
-    why = (
-        ""
-        if status.ready is None
-        else f'<div class="err">not ready: {html.escape(status.ready)}</div>'
-    )
+    why = ""
+    if status.ready is not None:
+        # The reason is usually the last error, shown beside it: say it once.
+        reason = "" if status.ready == status.last_error else f": {html.escape(status.ready)}"
+        why = f'<div class="err">not ready{reason}</div>'
     if status.last_error:
         error = (
             f'<div class="err">{html.escape(status.last_error)}</div>'
@@ -131,7 +131,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         error = '<span class="muted">none</span>'
     cells = [
         f"<td><b>{html.escape(view.queue)}</b></td>",
-        f'<td><span class="badge {state}">{state}</span>{why}</td>',
+        f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
         f'<td><span class="badge {role}">{role}</span></td>',
         f"<td>{_when(now, view.health.last_success_at)}</td>",
         f"<td>{error}</td>",

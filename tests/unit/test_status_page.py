@@ -75,7 +75,7 @@ def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> 
     assert "none" in orders  # no error
     # collection time, tracked jobs, pending, running, dead, done (not counted), stuck, oldest
     assert orders[5:] == ["4.2 ms", "4", "3", "1", "4", DASH, "1", "12 s"]
-    assert mails[:3] == ["mails", "down", "not ready: connection failed: refused"]
+    assert mails[:3] == ["mails", "down", "not ready"]  # why: the last error, beside it
     assert "connection failed: refused" in mails
     assert "5 s ago" in mails
     assert "never" in mails  # no success yet
@@ -89,6 +89,11 @@ def test_header_shows_version_uptime_readiness_and_links() -> None:
     assert Page(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
     assert "configuration loaded" in text
     assert "reload failed" not in text
+
+
+def test_a_reason_other_than_the_last_error_is_named() -> None:
+    status = QueueStatus(down().view, "no successful collection yet", None, None)
+    assert Page(page(status)).rows["mails"][2] == "not ready: no successful collection yet"
 
 
 def test_a_standby_says_so() -> None:

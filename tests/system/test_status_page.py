@@ -1,0 +1,143 @@
+"""The status page in a real browser: Debian's headless Chromium renders it, two queues, one down.
+
+Chromium is a test dependency like promtool: ``scripts/dev`` installs Debian's package as root,
+and this test fails (never skips) without it. ``STATUS_PNG=docs/status.png pytest
+tests/system/test_status_page.py`` also writes the screenshot the README shows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import struct
+from collections.abc import Sequence
+from dataclasses import replace
+from html.parser import HTMLParser
+from pathlib import Path
+
+import asyncpg
+import numpy as np
+import pytest
+from matplotlib import image
+
+from exporter.demo.queue import JobQueue
+from exporter.service import Service
+from exporter.settings import Settings, WebSettings
+from tests.helpers import fast_queue
+
+CHROMIUM = "chromium"
+WIDTH, HEIGHT = 1360, 420
+# Nothing listens on port 1: the second queue is down from the start.
+DOWN_DSN = "postgresql://watcher@127.0.0.1:1/billing"
+
+
+class Rows(HTMLParser):
+    """The text of each queue's row of the rendered DOM."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.rows: dict[str, list[str]] = {}
+        self._row: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        row = dict(attrs).get("id") or ""
+        if tag == "tr" and row.startswith("queue-"):
+            self._row = row.removeprefix("queue-")
+            self.rows[self._row] = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr":
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and data.strip():
+            self.rows[self._row].append(data.strip())
+
+
+async def chromium(url: str, profile: Path, *args: str) -> bytes:
+    """Run headless Chromium once on ``url``; its stdout."""
+    binary = shutil.which(CHROMIUM)
+    if binary is None:
+        pytest.fail("chromium is missing: apt-get install chromium (scripts/dev test installs it)")
+    process = await asyncio.create_subprocess_exec(
+        binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+        "--force-device-scale-factor=1", f"--user-data-dir={profile}", *args, url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode(errors="replace")[-2000:]
+    return out
+
+
+async def fill(dsn: str) -> None:
+    """A queue with work in every state, so the screenshot shows numbers, not zeros."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        queue = JobQueue(conn, backoff_base=3600)
+        for n in range(40):
+            await queue.enqueue(1 + n % 3, {"n": n}, max_attempts=1)
+        for n in range(6):
+            job = await queue.claim(f"worker-{n}", 300)
+            assert job is not None
+            if n < 2:
+                await queue.fail(job.job_id, f"worker-{n}", "ValueError: bad payload")
+    finally:
+        await conn.close()
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def pixels_of(picture: np.ndarray, rgb: Sequence[int]) -> int:
+    """How many pixels have this colour (the badges' backgrounds)."""
+    wanted = np.array(rgb, dtype=float) / 255
+    return int(np.all(np.abs(picture[:, :, :3] - wanted) < 2 / 255, axis=2).sum())
+
+
+async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_right(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    await fill(db_dsn)
+    down = fast_queue(DOWN_DSN, name="billing")
+    down = replace(down, database=replace(down.database, connect_timeout=1.0))
+    settings = Settings(
+        queues=(fast_queue(db_dsn, name="orders", job_types={1: "email", 2: "scrape"}), down),
+        web=WebSettings(listen_address=("127.0.0.1:0",)),
+    )
+    service = Service(settings)
+    await service.start()
+    try:
+        await service.queue("orders").poller.wait_for_success()
+        await service.queue("billing").poller.wait_for_collections(1)
+        url = f"http://127.0.0.1:{service.port}/"
+        dom = await chromium(url, tmp_path / "profile", "--dump-dom")
+        shot = tmp_path / "status.png"
+        await chromium(
+            url, tmp_path / "profile", f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}"
+        )
+    finally:
+        await service.stop()
+
+    rows = Rows(dom.decode()).rows
+    assert set(rows) == {"orders", "billing"}
+    assert rows["orders"][:3] == ["orders", "up", "leader"]
+    assert rows["billing"][:2] == ["billing", "down"]
+    assert any("connection" in cell for cell in rows["billing"])  # why it is down
+    # collection, tracked, then pending 34, running 4, dead 2
+    assert rows["orders"][7:10] == ["34", "4", "2"], rows["orders"]
+
+    data = shot.read_bytes()
+    assert png_size(data) == (WIDTH, HEIGHT)
+    assert len(data) > 20_000  # a blank or error page compresses to a few kilobytes
+    picture = image.imread(str(shot))
+    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100  # the green "up" badge
+    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100  # the red "down" badge
+    if os.environ.get("STATUS_PNG"):
+        shutil.copyfile(shot, os.environ["STATUS_PNG"])
