@@ -247,8 +247,15 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             text = MISSING_DSN
         _write(sys.stderr, f"{PROG}: configuration error:\n{text}")
         return EXIT_USAGE
+    # A reload re-reads the same sources: the file the flags or environment named, the
+    # environment as it was at start-up, the same flags (which still win).
+    frozen_env = dict(env)
+
+    def reload_settings() -> Settings:
+        return settings_from_namespace(namespace, frozen_env)
+
     try:
-        return run_demo(settings) if command == "demo" else run(settings)
+        return run_demo(settings) if command == "demo" else run(settings, reload_settings)
     except WebConfigError as exc:
         _write(sys.stderr, f"{PROG}: web config error: {exc}")
         return EXIT_USAGE

@@ -8,12 +8,15 @@ from __future__ import annotations
 import bisect
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from exporter.vocabulary import OTHER as OTHER_LABEL
 from exporter.vocabulary import Status
 
 PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
+_K = TypeVar("_K")
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,25 @@ class JobTypeLabels:
         """Every label value handed out so far, in order of first sight."""
         return list(self._labels)
 
+    def rename(self, names: dict[int, str], cap: int) -> dict[str, str]:
+        """Adopt reloaded names and cap; return old label -> new label for each one that moved.
+
+        A job type with a label of its own takes its new name (two that now share a name share
+        a label); one folded into "other" stays there, since its past counts cannot be split
+        out. A new cap applies to job types first seen from now on.
+        """
+        self._names, self._cap = dict(names), cap
+        moved: dict[str, str] = {}
+        for job_type, old in self._assigned.items():
+            new = old if job_type in self.folded else names.get(job_type, str(job_type))
+            if new != old:
+                moved.setdefault(old, new)
+                self._assigned[job_type] = new
+        self._labels = list(dict.fromkeys(moved.get(label, label) for label in self._labels))
+        for job_type in sorted(names):  # configured names are exported before first sight
+            self.label(job_type)
+        return moved
+
 
 @dataclass
 class Histogram:
@@ -119,6 +141,11 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def merged(self, other: Histogram) -> Histogram:
+        """The sum of two histograms with the same bounds."""
+        counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        return Histogram(self.bounds, counts, self.total + other.total, self.count + other.count)
+
     def cumulative(self) -> list[tuple[str, int]]:
         """Bucket (le, cumulative count) pairs including +Inf, as the exposition wants them."""
         out: list[tuple[str, int]] = []
@@ -128,6 +155,14 @@ class Histogram:
             out.append((_format_bound(bound), running))
         out.append(("+Inf", self.count))
         return out
+
+
+def _moved(counter: Counter[_K], key: Callable[[_K], _K]) -> Counter[_K]:
+    """The counter with its keys mapped, values of keys that meet summed (zeros kept)."""
+    out: Counter[_K] = Counter()
+    for old, n in counter.items():
+        out[key(old)] += n
+    return out
 
 
 def _format_bound(bound: float) -> str:
@@ -169,6 +204,34 @@ class Tallies:
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
         )
+
+    def relabel(self, moved: dict[str, str]) -> None:
+        """Move every count from an old job_type label to its new one (summing where they meet)."""
+        if not moved:
+            return
+
+        def one(label: str) -> str:
+            return moved.get(label, label)
+
+        def pair(key: tuple[str, str]) -> tuple[str, str]:
+            return (one(key[0]), key[1])
+
+        self.enqueued = _moved(self.enqueued, one)
+        self.completed = _moved(self.completed, one)
+        self.requeued = _moved(self.requeued, one)
+        self.failures = _moved(self.failures, pair)
+        self.dead = _moved(self.dead, pair)
+        cost: dict[tuple[str, str], float] = {}
+        for key, usd in self.cost.items():
+            cost[pair(key)] = cost.get(pair(key), 0.0) + usd
+        self.cost = cost
+        for table in (self.duration, self.wait, self.latency):
+            merged: dict[str, Histogram] = {}
+            for label, histogram in table.items():
+                found = merged.get(one(label))
+                merged[one(label)] = histogram if found is None else found.merged(histogram)
+            table.clear()
+            table.update(merged)
 
     def add_cost(self, label: str, component: str, usd: float) -> None:
         """Add spend to one (job_type, component) counter."""

@@ -12,15 +12,25 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 
 from exporter.db import ConnectOptions, Database
-from exporter.logs import log_fields
+from exporter.logs import log_fields, reconfigure_logging
 from exporter.model import ConfigStatus, QueueView
 from exporter.poller import Poller
-from exporter.settings import QueueSettings, Settings
+from exporter.settings import (
+    Change,
+    ConfigError,
+    QueueSettings,
+    ReloadPlan,
+    Settings,
+    plan_reload,
+    redact_dsn,
+)
 from exporter.web.server import WebServer
 from exporter.web.status import QueueStatus
+from exporter.web.validate import WebConfigError
 
 log = logging.getLogger(__name__)
 
@@ -80,25 +90,57 @@ class QueueRuntime:
             self.poller.view(), self.readiness(), self.last_error, self.last_error_at
         )
 
+    async def _stop_collecting(self) -> bool:
+        """Cancel the collection loop (an unfinished collection is dropped); True if it ran."""
+        task, self._task = self._task, None
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return True
+
     async def stop(self) -> None:
         """Stop collecting and close every connection of this queue."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._stop_collecting()
         await self.database.close()
+
+    async def reconfigure(self, settings: QueueSettings, change: Change) -> None:
+        """Take on reloaded settings of the same queue, keeping its counters and tracked jobs."""
+        old = self.settings.collect
+        # The loop reads its interval when it starts; a new pool wants no collection in flight.
+        restart = change is Change.RECONNECT or old.interval != settings.collect.interval
+        running = await self._stop_collecting() if restart else False
+        moved = self.poller.labels.rename(
+            settings.collect.job_types, settings.collect.max_job_types
+        )
+        self.poller.tallies.relabel(moved)
+        self.settings = self.poller.settings = settings
+        if change is Change.RECONNECT:
+            previous, self.database = self.database, Database(connect_options(settings))
+            self.poller.database = self.database
+            await previous.close()
+        if running:
+            self.start()
 
 
 class Service:
-    """Owns the queues and the web server; started and stopped together."""
+    """Owns the queues and the web server; started and stopped together, reloaded in place."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, load: Callable[[], Settings] | None = None) -> None:
+        """``load`` re-reads the configuration's sources for a reload (None: no reload)."""
         self.settings = settings
+        self._load = load
+        self._reloading = asyncio.Lock()
+        self._reloads = 0
+        self._reload_tasks: set[asyncio.Task[str | None]] = set()
         self.config_status = ConfigStatus(last_success_at=time.time())
-        self.queues = [QueueRuntime(queue) for queue in settings.queues]
         self.web = WebServer(settings.web, self)
-        for queue in self.queues:
-            # Render as soon as a collection ends, so scrapes rarely see the previous one.
-            queue.poller.listeners.append(self.web.refresh)
+        self.queues = [self._adopt(QueueRuntime(queue)) for queue in settings.queues]
+
+    def _adopt(self, queue: QueueRuntime) -> QueueRuntime:
+        # Render as soon as a collection ends, so scrapes rarely see the previous one.
+        queue.poller.listeners.append(self.web.refresh)
+        return queue
 
     def queue(self, name: str) -> QueueRuntime:
         """The runtime of the queue with this label."""
@@ -110,12 +152,13 @@ class Service:
     # --- StateSource, read by the web server -----------------------------------------------
 
     def generation(self) -> Hashable:
-        """Changes whenever a collection of any queue finished."""
-        return tuple(queue.poller.generation for queue in self.queues)
+        """Changes whenever a collection of any queue finished, and at every reload."""
+        return (self._reloads, tuple(queue.poller.generation for queue in self.queues))
 
     def verdict(self) -> Hashable:
-        """Each queue's (up, fresh): the part of /metrics that may never lag."""
-        return tuple(queue.poller.verdict() for queue in self.queues)
+        """Each queue's (up, fresh) and whether the last reload worked: what may never lag."""
+        queues = tuple((queue.name, queue.poller.verdict()) for queue in self.queues)
+        return (self.config_status.successful, queues)
 
     def views(self) -> Sequence[QueueView]:
         """A copy of every queue's state, for rendering off the event loop."""
@@ -132,6 +175,70 @@ class Service:
     def queue_status(self) -> Sequence[QueueStatus]:
         """Each queue as the status page shows it."""
         return [queue.status() for queue in self.queues]
+
+    async def reload(self) -> str | None:
+        """Re-read the configuration and apply it whole; None, or why the old one still runs."""
+        async with self._reloading:
+            if self._load is None:
+                return "this exporter was started without a configuration to re-read"
+            try:
+                settings = await asyncio.to_thread(self._load)
+                plan = plan_reload(self.settings, settings)
+                if plan.restart_needed:
+                    keys = ", ".join(plan.restart_needed)
+                    raise ConfigError(f"{keys}: changing it needs a restart")
+                self.web.check_config()
+                fresh = {
+                    q.name: QueueRuntime(q)
+                    for q in settings.queues
+                    if plan.changes.get(q.name, Change.REPLACE) is Change.REPLACE
+                }
+            except (ConfigError, WebConfigError, ValueError) as exc:
+                return self._reload_failed(str(exc))
+            await self._apply(settings, plan, fresh)
+            return None
+
+    def request_reload(self) -> None:
+        """Reload in the background (the SIGHUP handler)."""
+        task = asyncio.create_task(self.reload(), name="reload")
+        self._reload_tasks.add(task)
+        task.add_done_callback(self._reload_tasks.discard)
+
+    def _reload_failed(self, error: str) -> str:
+        error = redact_dsn(error)
+        self.config_status = replace(
+            self.config_status, successful=False, last_error=error, last_failure_at=time.time()
+        )
+        log.error(
+            "configuration reload failed; the running configuration stays",
+            extra={"fields": {"error": error}},
+        )
+        self._reloads += 1
+        self.web.refresh()
+        return error
+
+    async def _apply(
+        self, settings: Settings, plan: ReloadPlan, fresh: dict[str, QueueRuntime]
+    ) -> None:
+        reconfigure_logging(settings.log.level, settings.log.format, settings.passwords)
+        current = {queue.name: queue for queue in self.queues}
+        gone = [current[n] for n in (*plan.removed, *plan.names(Change.REPLACE))]
+        await asyncio.gather(*(queue.stop() for queue in gone))
+        for queue in settings.queues:
+            change = plan.changes.get(queue.name)
+            if change in (Change.LIVE, Change.RECONNECT):
+                await current[queue.name].reconfigure(queue, change)
+        self.queues = [fresh.get(q.name) or current[q.name] for q in settings.queues]
+        self.settings = settings
+        self.web.apply(settings.web)
+        for runtime in fresh.values():
+            self._adopt(runtime).start()
+        self.config_status = ConfigStatus(last_success_at=time.time())
+        self._reloads += 1
+        self.web.refresh()
+        changed = {c.name.lower(): ",".join(plan.names(c)) for c in Change if c is not Change.SAME}
+        fields = {"added": ",".join(plan.added), "removed": ",".join(plan.removed), **changed}
+        log.info("configuration reloaded", extra={"fields": {k: v for k, v in fields.items() if v}})
 
     # --- Lifecycle ------------------------------------------------------------------------
 
@@ -153,8 +260,13 @@ class Service:
         log.info("stopped")
 
 
-async def serve(settings: Settings, *, banner: str | None = None) -> None:
-    """Run until SIGTERM or SIGINT."""
+async def serve(
+    settings: Settings,
+    *,
+    banner: str | None = None,
+    load: Callable[[], Settings] | None = None,
+) -> None:
+    """Run until SIGTERM or SIGINT; reload on SIGHUP (and POST /-/reload) with ``load``."""
     # /metrics is rendered in a worker thread; with the default 5 ms GIL switch interval a
     # scrape arriving meanwhile can wait that long for the event loop. 0.5 ms keeps it short.
     sys.setswitchinterval(0.0005)
@@ -162,7 +274,8 @@ async def serve(settings: Settings, *, banner: str | None = None) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    service = Service(settings)
+    service = Service(settings, load)
+    loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     await service.start()
     if banner:
         print(banner.format(port=service.port), flush=True)
@@ -172,7 +285,7 @@ async def serve(settings: Settings, *, banner: str | None = None) -> None:
         await service.stop()
 
 
-def run(settings: Settings) -> int:
-    """Entry point of ``jobqueue-exporter run``."""
-    asyncio.run(serve(settings))
+def run(settings: Settings, load: Callable[[], Settings] | None = None) -> int:
+    """Entry point of ``jobqueue-exporter run``; ``load`` re-reads the settings on a reload."""
+    asyncio.run(serve(settings, load=load))
     return 0

@@ -5,6 +5,7 @@ The rest of the exporter imports from here only.
 """
 
 from exporter.settings.alerting import AlertSettings
+from exporter.settings.changes import Change, ReloadPlan, plan_reload
 from exporter.settings.kinds import Kind, parse_duration, parse_listen_address
 from exporter.settings.schema import (
     DSN_ENV,
@@ -32,12 +33,14 @@ __all__ = [
     "DSN_FALLBACK_ENV",
     "SETTINGS",
     "AlertSettings",
+    "Change",
     "CollectSettings",
     "ConfigError",
     "DatabaseSettings",
     "Kind",
     "LogSettings",
     "QueueSettings",
+    "ReloadPlan",
     "Setting",
     "Settings",
     "WebSettings",
@@ -46,6 +49,7 @@ __all__ = [
     "load_settings",
     "parse_duration",
     "parse_listen_address",
+    "plan_reload",
     "redact_dsn",
     "redact_dsn_userinfo",
 ]

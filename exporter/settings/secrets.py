@@ -63,6 +63,20 @@ def dsn_database(dsn: str) -> str | None:
     return name or None
 
 
+def dsn_without_password(dsn: str) -> str:
+    """The DSN with its password removed (userinfo and ``?password=``): what it connects to."""
+    try:
+        split = urllib.parse.urlsplit(dsn)
+    except ValueError:
+        return redact_dsn(dsn)
+    userinfo, at, hostinfo = split.netloc.rpartition("@")
+    netloc = f"{userinfo.partition(':')[0]}@{hostinfo}" if at else split.netloc
+    query = urllib.parse.urlencode(
+        [(k, v) for k, v in urllib.parse.parse_qsl(split.query) if k != "password"]
+    )
+    return urllib.parse.urlunsplit(split._replace(netloc=netloc, query=query))
+
+
 def check_dsn(dsn: str) -> None:
     """Raise SecretError (never echoing the DSN) unless it is a postgres URL asyncpg can use."""
     try:

@@ -48,6 +48,9 @@ class StateSource(Protocol):
     def queue_status(self) -> Sequence[QueueStatus]:
         """Each queue as the status page shows it."""
 
+    async def reload(self) -> str | None:
+        """Re-read the configuration and apply it; None, or why the running one stays."""
+
 
 class Exposition:
     """The current /metrics body (in every coding) and the rendering that will replace it."""

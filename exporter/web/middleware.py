@@ -11,6 +11,9 @@ from exporter.web.auth import auth_middleware
 from exporter.web.watcher import WebConfigWatcher
 
 ALLOWED_METHODS = ("GET", "HEAD")
+# The one route that changes anything; its handler answers 403 unless lifecycle is enabled.
+RELOAD_PATH = "/-/reload"
+RELOAD_METHODS = ("POST", "PUT")
 
 # 8 KiB matches Go's net/http per-line expectations closely enough and is far above what a
 # Prometheus scrape sends; longer request lines or header fields are refused by aiohttp.
@@ -47,16 +50,21 @@ def headers_middleware(watcher: WebConfigWatcher) -> Middleware:
 
 
 def method_middleware(watcher: WebConfigWatcher) -> Middleware:
-    """Serve only GET and HEAD without a body; everything else is refused before auth runs."""
+    """Serve only GET and HEAD (and POST or PUT on /-/reload) without a body; everything else
+    is refused before auth runs."""
     del watcher  # same factory signature as the others; nothing here is configurable
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.method not in ALLOWED_METHODS:
+        # The route the router matched, not the raw path, as the auth middleware does.
+        resource = request.match_info.route.resource
+        reload = resource is not None and resource.canonical == RELOAD_PATH
+        allowed = ALLOWED_METHODS + RELOAD_METHODS if reload else ALLOWED_METHODS
+        if request.method not in allowed:
             response = web.Response(
                 status=405,
                 text="Method Not Allowed\n",
-                headers={"Allow": ", ".join(ALLOWED_METHODS)},
+                headers={"Allow": ", ".join(allowed)},
             )
             response.force_close()
             return response

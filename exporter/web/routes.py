@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from aiohttp import web
 
 from exporter.metrics import CONTENT_TYPE
 from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition, StateSource
+from exporter.web.middleware import RELOAD_METHODS, RELOAD_PATH
 from exporter.web.status import StatusPage, status_page
 
 
 def add_routes(
-    app: web.Application, source: StateSource, exposition: Exposition, telemetry_path: str
+    app: web.Application,
+    source: StateSource,
+    exposition: Exposition,
+    telemetry_path: str,
+    lifecycle: Callable[[], bool],
 ) -> None:
-    """/metrics (at its configured path), /healthz, /readyz and the status page at /."""
+    """/metrics (at its configured path), /healthz, /readyz, the status page at / and
+    /-/reload (POST or PUT, when ``lifecycle()`` says so, as Prometheus does)."""
 
     async def metrics(request: web.Request) -> web.Response:
         encoded = await exposition.body()
@@ -48,6 +55,21 @@ def add_routes(
         )
         return web.Response(text=status_page(page), content_type="text/html")
 
+    async def reload(request: web.Request) -> web.Response:
+        if request.method not in RELOAD_METHODS:
+            return web.Response(
+                status=405,
+                text="Only POST or PUT requests allowed\n",
+                headers={"Allow": ", ".join(RELOAD_METHODS)},
+            )
+        if not lifecycle():
+            return web.Response(status=403, text="Lifecycle API is not enabled.\n")
+        error = await source.reload()
+        if error is not None:
+            return web.Response(status=500, text=f"failed to reload config: {error}\n")
+        return web.Response(text="configuration reloaded\n")
+
+    app.router.add_route("*", RELOAD_PATH, reload)
     app.router.add_get(telemetry_path, metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -29,7 +29,13 @@ class WebServer:
         self.app = web.Application(
             middlewares=middlewares(self.watcher), client_max_size=CLIENT_MAX_SIZE
         )
-        add_routes(self.app, source, self.exposition, settings.telemetry_path)
+        add_routes(
+            self.app,
+            source,
+            self.exposition,
+            settings.telemetry_path,
+            lifecycle=lambda: self.settings.enable_lifecycle,
+        )
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
@@ -75,6 +81,15 @@ class WebServer:
     def port(self) -> int | None:
         """The first bound port (the one to tell a user about)."""
         return self.ports[0] if self.ports else None
+
+    def check_config(self) -> None:
+        """Raise WebConfigError, naming the key, when the web-config file would not load now."""
+        self.watcher.check()
+
+    def apply(self, settings: WebSettings) -> None:
+        """Take on reloaded web settings (listen addresses and path only change on restart)."""
+        self.settings = settings
+        self.watcher.refresh(force=True)
 
     def refresh(self) -> None:
         """Start rendering a new /metrics body (a collection just finished)."""

@@ -99,10 +99,7 @@ class WebConfigWatcher:
         if signature == self._signature and self._last_error is None:
             return False
         try:
-            config = load_web_config(self._path)
-            if (config.tls is None) != (self._config.tls is None):
-                raise WebConfigError("tls_server_config: turning TLS on or off needs a restart")
-            ssl_context = build_ssl_context(config.tls)
+            config, ssl_context = self._load(self._path)
         except WebConfigError as exc:
             message = str(exc)
             if message != self._last_error:
@@ -117,6 +114,18 @@ class WebConfigWatcher:
         self._last_error = None
         log.info("web config reloaded from %s", self._path)
         return True
+
+    def _load(self, path: str) -> tuple[WebConfig, ssl.SSLContext | None]:
+        """Read the file as a replacement of the running configuration (WebConfigError if not)."""
+        config = load_web_config(path)
+        if (config.tls is None) != (self._config.tls is None):
+            raise WebConfigError("tls_server_config: turning TLS on or off needs a restart")
+        return config, build_ssl_context(config.tls)
+
+    def check(self) -> None:
+        """Raise WebConfigError, naming the key, when the file could not replace the running one."""
+        if self._path is not None:
+            self._load(self._path)
 
     def current_ssl_context(self) -> ssl.SSLContext:
         """The freshest server context; only valid when TLS is configured."""

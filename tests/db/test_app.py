@@ -7,6 +7,7 @@ import base64
 import gzip
 import io
 import logging
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -213,5 +214,34 @@ async def test_metrics_are_compressed_for_scrapers_that_ask_and_plain_for_the_re
             assert parse(decompress(zstd_body).decode()).keys() == parse(text).keys()
         else:
             assert coding == "gzip"  # no zstd in this Python: the next best
+    finally:
+        await exporter.stop()
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+async def test_one_process_serves_ipv4_and_ipv6_loopback_at_once(db_dsn: str) -> None:
+    # Where the machine has no ::1, two IPv4 loopback addresses stand in for the pair.
+    second = ("[::1]:0", "[::1]") if ipv6_loopback() else ("127.0.0.2:0", "127.0.0.2")
+    settings = fast_settings(db_dsn)
+    web = replace(settings.web, listen_address=("127.0.0.1:0", second[0]))
+    exporter = Service(replace(settings, web=web))
+    await exporter.start()
+    try:
+        first_port, second_port = exporter.web.ports
+        async with aiohttp.ClientSession() as http:
+            for url in (
+                f"http://127.0.0.1:{first_port}/healthz",
+                f"http://{second[1]}:{second_port}/healthz",
+            ):
+                async with http.get(url) as r:
+                    assert (r.status, await r.text()) == (200, "ok\n")
     finally:
         await exporter.stop()
