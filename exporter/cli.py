@@ -168,6 +168,16 @@ def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str,
     return load_settings(config_file, environ, flags)
 
 
+def systemd_sockets(environ: Mapping[str, str]) -> tuple[int, ...]:
+    """The listening descriptors systemd passed to this process (sd_listen_fds), if any."""
+    # LISTEN_PID names the process the sockets are for, so a child that inherited the
+    # variables does not take its parent's sockets.
+    if environ.get("LISTEN_PID") != str(os.getpid()):
+        return ()
+    count = environ.get("LISTEN_FDS", "")
+    return tuple(range(3, 3 + int(count))) if count.isdigit() else ()
+
+
 def _write(stream: TextIO, text: str) -> None:
     # Redact again here: a message must never carry a password, whatever produced it.
     stream.write(redact_dsn(text) + "\n")
@@ -255,7 +265,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return settings_from_namespace(namespace, frozen_env)
 
     try:
-        return run_demo(settings) if command == "demo" else run(settings, reload_settings)
+        if command == "demo":
+            return run_demo(settings)
+        return run(settings, reload_settings, systemd_sockets(env))
     except WebConfigError as exc:
         _write(sys.stderr, f"{PROG}: web config error: {exc}")
         return EXIT_USAGE

@@ -126,15 +126,21 @@ class QueueRuntime:
 class Service:
     """Owns the queues and the web server; started and stopped together, reloaded in place."""
 
-    def __init__(self, settings: Settings, load: Callable[[], Settings] | None = None) -> None:
-        """``load`` re-reads the configuration's sources for a reload (None: no reload)."""
+    def __init__(
+        self,
+        settings: Settings,
+        load: Callable[[], Settings] | None = None,
+        sockets: Sequence[int] = (),
+    ) -> None:
+        """``load`` re-reads the configuration's sources for a reload (None: no reload);
+        ``sockets`` are the listening descriptors systemd passed (--web.systemd-socket)."""
         self.settings = settings
         self._load = load
         self._reloading = asyncio.Lock()
         self._reloads = 0
         self._reload_tasks: set[asyncio.Task[str | None]] = set()
         self.config_status = ConfigStatus(last_success_at=time.time())
-        self.web = WebServer(settings.web, self)
+        self.web = WebServer(settings.web, self, sockets)
         self.queues = [self._adopt(QueueRuntime(queue)) for queue in settings.queues]
 
     def _adopt(self, queue: QueueRuntime) -> QueueRuntime:
@@ -265,6 +271,7 @@ async def serve(
     *,
     banner: str | None = None,
     load: Callable[[], Settings] | None = None,
+    sockets: Sequence[int] = (),
 ) -> None:
     """Run until SIGTERM or SIGINT; reload on SIGHUP (and POST /-/reload) with ``load``."""
     # /metrics is rendered in a worker thread; with the default 5 ms GIL switch interval a
@@ -274,7 +281,7 @@ async def serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    service = Service(settings, load)
+    service = Service(settings, load, sockets)
     loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     await service.start()
     if banner:
@@ -285,7 +292,9 @@ async def serve(
         await service.stop()
 
 
-def run(settings: Settings, load: Callable[[], Settings] | None = None) -> int:
+def run(
+    settings: Settings, load: Callable[[], Settings] | None = None, sockets: Sequence[int] = ()
+) -> int:
     """Entry point of ``jobqueue-exporter run``; ``load`` re-reads the settings on a reload."""
-    asyncio.run(serve(settings, load=load))
+    asyncio.run(serve(settings, load=load, sockets=sockets))
     return 0

@@ -22,7 +22,9 @@ from exporter.settings.schema import CollectSettings, QueueSettings, Settings
 from exporter.settings.secrets import dsn_without_password
 
 # Process settings read once, when the listeners start.
-RESTART_ONLY = ("web.listen_address", "web.telemetry_path", "web.config_file")
+RESTART_ONLY = (
+    "web.listen_address", "web.telemetry_path", "web.config_file", "web.systemd_socket",
+)  # fmt: skip
 
 _CONNECTION = {"statement_timeout", "lock_timeout"}
 _LIVE = {"interval", "timeout", "stuck_threshold", "staleness_limit", "done_count"}

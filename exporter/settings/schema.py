@@ -231,6 +231,10 @@ class WebSettings:
     enable_lifecycle: bool = setting(
         Kind.BOOLEAN, False, "Serve POST /-/reload (as Prometheus does with the same flag)."
     )
+    systemd_socket: bool = setting(
+        Kind.BOOLEAN, False, "Serve on the sockets systemd passes (socket activation) instead "
+        "of the listen addresses.",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ web-config file, and the addresses it really bound (port 0 asks the kernel for o
 from __future__ import annotations
 
 import logging
+import socket
+from collections.abc import Sequence
 
 from aiohttp import web
 
@@ -22,8 +24,12 @@ CLIENT_MAX_SIZE = 1024
 class WebServer:
     """Serves /metrics and friends for one exporter process."""
 
-    def __init__(self, settings: WebSettings, source: StateSource) -> None:
+    def __init__(
+        self, settings: WebSettings, source: StateSource, sockets: Sequence[int] = ()
+    ) -> None:
+        """``sockets``: listening file descriptors systemd passed, for --web.systemd-socket."""
         self.settings = settings
+        self._sockets = tuple(sockets)
         self.watcher = WebConfigWatcher(settings.config_file)
         self.exposition = Exposition(source)
         self.app = web.Application(
@@ -44,26 +50,30 @@ class WebServer:
             self.app, handle_signals=False, access_log=None, **server_limits()
         )
         await self._runner.setup()
-        try:
+        ssl_context = self.watcher.ssl_context()
+        sites: list[web.BaseSite] = []
+        if self.settings.systemd_socket:
+            if not self._sockets:
+                raise OSError("--web.systemd-socket: systemd passed no socket (LISTEN_FDS)")
+            for fd in self._sockets:
+                sock = socket.socket(fileno=fd)
+                sites.append(web.SockSite(self._runner, sock, ssl_context=ssl_context))
+            where = f"systemd sockets {','.join(map(str, self._sockets))}"
+        else:
             for address in self.settings.listen_address:
                 host, port = parse_listen_address(address)
-                site = web.TCPSite(
-                    self._runner,
-                    host=host or None,
-                    port=port,
-                    ssl_context=self.watcher.ssl_context(),
+                sites.append(
+                    web.TCPSite(self._runner, host=host or None, port=port, ssl_context=ssl_context)
                 )
-                await site.start()
+            where = ",".join(self.settings.listen_address)
+        try:
+            for each in sites:
+                await each.start()
         except BaseException:
             await self._runner.cleanup()
             self._runner = None
             raise
-        log.info(
-            "listening",
-            extra={
-                "fields": {"address": ",".join(self.settings.listen_address), "ports": self.ports}
-            },
-        )
+        log.info("listening", extra={"fields": {"address": where, "ports": self.ports}})
 
     @property
     def ports(self) -> list[int]:
@@ -72,6 +82,8 @@ class WebServer:
             return []
         ports: list[int] = []
         for address in self._runner.addresses:
+            if not isinstance(address, tuple):
+                continue  # a Unix socket systemd passed
             port = int(address[1])
             if port not in ports:
                 ports.append(port)

@@ -377,6 +377,11 @@ async def test_turning_tls_off_by_reload_is_refused(tls_dir: Path, pki: PKI) -> 
         _write_config(path, {})
         assert _common_name(await _peer_cert(port, _client_ctx(pki))) == "server-1"
         assert watcher.config.tls is not None
+        # What a reload (SIGHUP, POST /-/reload) asks before applying anything: it is refused,
+        # naming the key, and TLS keeps being served.
+        with pytest.raises(WebConfigError, match="tls_server_config: turning TLS on or off needs"):
+            watcher.check()
+        assert _common_name(await _peer_cert(port, _client_ctx(pki))) == "server-1"
 
 
 def test_go_cipher_suite_names_are_translated(tls_dir: Path) -> None:
