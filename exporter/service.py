@@ -11,15 +11,20 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import replace
 
-from exporter.db import ConnectOptions, Database
-from exporter.model import QueueView
+from exporter.db import ConnectOptions, Database, LockSession
+from exporter.election import Election
+from exporter.model import Health, QueueView
 from exporter.poller import Poller
 from exporter.settings import QueueSettings, Settings
 from exporter.web.server import WebServer
 
 log = logging.getLogger(__name__)
+
+# A standby tries for the lock every half interval, and at least this often.
+MAX_ELECTION_RETRY = 5.0
 
 
 def connect_options(queue: QueueSettings) -> ConnectOptions:
@@ -38,34 +43,105 @@ def connect_options(queue: QueueSettings) -> ConnectOptions:
 
 
 class QueueRuntime:
-    """One watched queue: its database pool and its collection loop."""
+    """One watched queue: its pool, its collection loop and, unless turned off, its election."""
 
-    def __init__(self, settings: QueueSettings) -> None:
+    def __init__(self, settings: QueueSettings, on_change: Callable[[], None]) -> None:
         self.settings = settings
-        self.database = Database(connect_options(settings))
+        options = connect_options(settings)
+        elect = settings.collect.leader_election
+        # The lock's session is one of the queue's database.max_connections.
+        pool = replace(options, max_connections=options.max_connections - 1) if elect else options
+        self.database = Database(pool)
         self.poller = Poller(settings, self.database)
-        self._task: asyncio.Task[None] | None = None
+        self.poller.listeners.append(on_change)
+        self._on_change = on_change
+        self.election: Election | None = None
+        if elect:
+            interval = settings.collect.interval
+            retry = min(interval / 2, MAX_ELECTION_RETRY)
+            self.election = Election(
+                settings.name, LockSession(options), retry, interval, self._leadership
+            )
+            self.poller.guard = self.election.guard
+        self._poller_task: asyncio.Task[None] | None = None
+        self._election_task: asyncio.Task[None] | None = None
 
     @property
     def name(self) -> str:
         """The queue label."""
         return self.settings.name
 
+    @property
+    def leader(self) -> bool:
+        """True when this exporter collects the queue (always, without an election)."""
+        return self.election is None or self.election.collector
+
     def start(self) -> None:
-        """Start collecting in the background."""
-        self._task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
+        """Start collecting (each collection first checks the lock) and standing for election."""
+        self._start_poller()
+        if self.election is not None:
+            self._election_task = asyncio.create_task(
+                self.election.run(), name=f"election {self.name}"
+            )
+
+    def _leadership(self, leader: bool, rebaseline: bool) -> None:
+        if leader:
+            if rebaseline:
+                self.poller.rebaseline()
+            self._start_poller()
+        elif self._poller_task is not None:
+            # Withdraw at once: a standby must not export a counter it no longer keeps.
+            self._poller_task.cancel()
+            self._poller_task = None
+        self._on_change()
+
+    def _start_poller(self) -> None:
+        self._poller_task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
+
+    def verdict(self) -> Hashable:
+        """What /metrics must never show late: leadership, and the leader's (up, fresh)."""
+        if self.leader:
+            return (True, *self.poller.verdict())
+        assert self.election is not None
+        return (False, self.election.reachable)
+
+    def view(self) -> QueueView:
+        """The queue's part of /metrics: everything on the leader, up and leader on a standby."""
+        if self.leader:
+            return self.poller.view()
+        assert self.election is not None
+        return QueueView(
+            queue=self.name,
+            leader=False,
+            snapshot=None,
+            label_of={},
+            labels=(),
+            folded=0,
+            tallies=None,
+            health=Health(up=self.election.reachable),
+            up=self.election.reachable,
+            collection_timeout=self.settings.collect.timeout,
+            tracked=0,
+        )
 
     def readiness(self) -> str | None:
-        """None when the queue's last collection succeeded recently enough, else why not."""
+        """None when the queue is served as it should be, else why not."""
+        if not self.leader:
+            assert self.election is not None
+            # A standby is ready while it can reach the database to take over.
+            return None if self.election.reachable else self.election.last_error or "starting"
         if self.poller.health.up and self.poller.fresh():
             return None
         return self.poller.health.last_error or "no successful collection yet"
 
     async def stop(self) -> None:
-        """Stop collecting and close every connection of this queue."""
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        """Stop collecting, give up the lock, close every connection of this queue."""
+        tasks = [t for t in (self._election_task, self._poller_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.election is not None:
+            await self.election.lock.close()
         await self.database.close()
 
 
@@ -74,11 +150,13 @@ class Service:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.queues = [QueueRuntime(queue) for queue in settings.queues]
+        # Render as soon as a collection ends (or leadership changes), so scrapes rarely see
+        # the previous rendering and never a stale verdict.
+        self.queues = [QueueRuntime(queue, self._changed) for queue in settings.queues]
         self.web = WebServer(settings.web, self)
-        for queue in self.queues:
-            # Render as soon as a collection ends, so scrapes rarely see the previous one.
-            queue.poller.listeners.append(self.web.refresh)
+
+    def _changed(self) -> None:
+        self.web.refresh()
 
     def queue(self, name: str) -> QueueRuntime:
         """The runtime of the queue with this label."""
@@ -94,12 +172,12 @@ class Service:
         return tuple(queue.poller.generation for queue in self.queues)
 
     def verdict(self) -> Hashable:
-        """Each queue's (up, fresh): the part of /metrics that may never lag."""
-        return tuple(queue.poller.verdict() for queue in self.queues)
+        """Each queue's leadership, up and freshness: the part of /metrics that may never lag."""
+        return tuple(queue.verdict() for queue in self.queues)
 
     def views(self) -> Sequence[QueueView]:
         """A copy of every queue's state, for rendering off the event loop."""
-        return [queue.poller.view() for queue in self.queues]
+        return [queue.view() for queue in self.queues]
 
     def readiness(self) -> Sequence[tuple[str, str | None]]:
         """(queue, None) for each ready queue, (queue, why not) for the others."""
