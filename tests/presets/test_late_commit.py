@@ -1,0 +1,100 @@
+"""A transaction that commits several collections after it wrote is counted exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import pytest
+
+from exporter.profiles.eventlog import EventLogReader
+from exporter.profiles.pgqueuer import PgqueuerReader
+from exporter.profiles.procrastinate import ProcrastinateReader
+from tests.presets.collect import Poller
+from tests.presets.processes import require
+
+Enqueue = Callable[[asyncpg.Connection, str], Awaitable[None]]
+
+
+async def _procrastinate_defer(conn: asyncpg.Connection, task: str) -> None:
+    # procrastinate's own defer function, the one App.defer_async calls.
+    await conn.execute(
+        "SELECT procrastinate_defer_jobs_v1(ARRAY[ROW('work', $1, 0, NULL, NULL, '{}'::jsonb, "
+        "NULL)::procrastinate_job_to_defer_v1])",
+        task,
+    )
+
+
+async def _pgqueuer_enqueue(conn: asyncpg.Connection, entrypoint: str) -> None:
+    from pgqueuer import AsyncpgDriver, Queries
+
+    await Queries(AsyncpgDriver(conn)).enqueue(entrypoint, None)
+
+
+def _procrastinate(dsn: str) -> tuple[EventLogReader, Enqueue]:
+    require("procrastinate")
+    from tests.presets.procrastinate_harness import install
+
+    install(dsn)
+    return ProcrastinateReader(), _procrastinate_defer
+
+
+def _pgqueuer(dsn: str) -> tuple[EventLogReader, Enqueue]:
+    require("pgqueuer")
+    from tests.presets.pgqueuer_harness import install
+
+    install(dsn)
+    return PgqueuerReader(), _pgqueuer_enqueue
+
+
+@pytest.mark.parametrize("preset", [_procrastinate, _pgqueuer], ids=["procrastinate", "pgqueuer"])
+async def test_late_commit_is_counted_exactly_once(
+    empty_dsn: str, preset: Callable[[str], tuple[EventLogReader, Enqueue]]
+) -> None:
+    reader, enqueue = preset(empty_dsn)
+    poller = Poller(empty_dsn, reader, interval=0.2)
+    late = await asyncpg.connect(empty_dsn)
+    prompt = await asyncpg.connect(empty_dsn)
+    try:
+        async with poller.running():
+            transaction = late.transaction()
+            await transaction.start()
+            await enqueue(late, "late")  # takes the lower event id, commits last
+            await late.execute("SAVEPOINT s")
+            await enqueue(late, "late")  # written by a subtransaction
+            await late.execute("RELEASE SAVEPOINT s")
+            await enqueue(prompt, "prompt")  # a higher id, committed at once
+            await poller.until(lambda: reader.tallies.enqueued["prompt"] == 1)
+            await poller.cycles(5)
+            assert reader.tallies.enqueued["late"] == 0  # not committed: not visible yet
+            await transaction.commit()
+            await poller.until(lambda: reader.tallies.enqueued["late"] >= 2)
+            await poller.cycles(5)
+        assert reader.tallies.enqueued == {"late": 2, "prompt": 1}
+    finally:
+        await late.close()
+        await prompt.close()
+
+
+@pytest.mark.parametrize("preset", [_procrastinate, _pgqueuer], ids=["procrastinate", "pgqueuer"])
+async def test_rolled_back_write_is_never_counted(
+    empty_dsn: str, preset: Callable[[str], tuple[EventLogReader, Enqueue]]
+) -> None:
+    reader, enqueue = preset(empty_dsn)
+    poller = Poller(empty_dsn, reader, interval=0.2)
+    conn = await asyncpg.connect(empty_dsn)
+    try:
+        async with poller.running():
+            transaction = conn.transaction()
+            await transaction.start()
+            await enqueue(conn, "gone")
+            await poller.cycles(3)
+            await transaction.rollback()
+            await enqueue(conn, "kept")
+            await poller.until(lambda: reader.tallies.enqueued["kept"] == 1)
+            await poller.cycles(3)
+        assert reader.tallies.enqueued == {"kept": 1}
+        # The watermark moved past the rolled-back id: nothing is left to remember.
+        assert reader.cursor.watermark is not None
+    finally:
+        await conn.close()
