@@ -144,7 +144,9 @@ def gauges_from(rows: Sequence[Row]) -> dict[str, Gauges]:
             pending=old.pending + int(row.get("pending") or 0),
             running=old.running + int(row.get("running") or 0),
             scheduled=old.scheduled + int(row.get("scheduled") or 0),
-            oldest_pending_age=max(old.oldest_pending_age, float(row.get("oldest_pending_age") or 0)),
+            oldest_pending_age=max(
+                old.oldest_pending_age, float(row.get("oldest_pending_age") or 0)
+            ),
             oldest_ready_wait=max(old.oldest_ready_wait, float(row.get("oldest_ready_wait") or 0)),
             running_oldest=max(old.running_oldest, float(row.get("running_oldest") or 0)),
             stuck=old.stuck + int(row.get("stuck") or 0),

@@ -68,7 +68,9 @@ class Poller:
     _cycle_done: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def _loop(self) -> None:
-        conn = await asyncpg.connect(self.dsn, server_settings={"application_name": "preset-poller"})
+        conn = await asyncpg.connect(
+            self.dsn, server_settings={"application_name": "preset-poller"}
+        )
         try:
             while True:
                 self.readings.append(await run_cycle(conn, self.reader))
@@ -83,20 +85,20 @@ class Poller:
         finally:
             await conn.close()
 
-    async def cycles(self, count: int, timeout: float = 30.0) -> None:
+    async def cycles(self, count: int, within: float = 30.0) -> None:
         """Wait until ``count`` more cycles have finished."""
         target = len(self.readings) + count
-        await self.until(lambda: len(self.readings) >= target, timeout)
+        await self.until(lambda: len(self.readings) >= target, within)
 
-    async def until(self, condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    async def until(self, condition: Callable[[], bool], within: float = 30.0) -> None:
         """Wait until ``condition()`` holds after some cycle; fail on a reader error."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + within
         while not condition():
             if self.error is not None:
                 raise AssertionError(f"the reader failed: {self.error!r}") from self.error
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AssertionError(f"condition not reached in {timeout} s")
+                raise AssertionError(f"condition not reached in {within} s")
             self._cycle_done.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._cycle_done.wait(), remaining)
@@ -117,14 +119,14 @@ class Poller:
 
 
 async def wait_for(
-    probe: Callable[[], Any], what: str, timeout: float = 60.0, interval: float = 0.1
+    probe: Callable[[], Any], what: str, within: float = 60.0, interval: float = 0.1
 ) -> Any:
     """Poll an async probe until it returns something truthy; fail with ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while True:
         value = await probe()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
         await asyncio.sleep(interval)

@@ -64,7 +64,9 @@ async def run_workload(
         for name, count in PLAN.items():
             for _ in range(count):
                 if name == "later":
-                    await queries.enqueue(name, None, execute_after=timedelta(seconds=LATER_SECONDS))
+                    await queries.enqueue(
+                        name, None, execute_after=timedelta(seconds=LATER_SECONDS)
+                    )
                 elif name == PARKED and not (await _count(conn, PARKED)):
                     await queries.enqueue(
                         name, None, execute_after=timedelta(seconds=PARKED_FUTURE_SECONDS)
@@ -78,10 +80,8 @@ async def run_workload(
         first = Worker([sys.executable, "-m", "tests.presets.pgqueuer_worker", dsn, str(markers)],
                        {}, "pgqueuer-a")  # fmt: skip
         workers.append(first)
-        await wait_for(
-            lambda: _picked(conn, "slow"), "the slow job to be picked", timeout=60
-        )
-        await wait_for(lambda: _settled_but_slow(conn), "the quick jobs to settle", timeout=60)
+        await wait_for(lambda: _picked(conn, "slow"), "the slow job to be picked", within=60)
+        await wait_for(lambda: _settled_but_slow(conn), "the quick jobs to settle", within=60)
         first.kill()
 
         async def stale() -> int:
@@ -93,7 +93,7 @@ async def run_workload(
                 )
             )
 
-        stale_jobs = await wait_for(stale, "the killed worker's job to go stale", timeout=30)
+        stale_jobs = await wait_for(stale, "the killed worker's job to go stale", within=30)
         if while_stale is not None:
             await while_stale(stale_jobs)
         second = Worker([sys.executable, "-m", "tests.presets.pgqueuer_worker", dsn, str(markers)],
@@ -108,7 +108,7 @@ async def run_workload(
             )
             return busy == 0
 
-        await wait_for(drained, "the queue to drain", timeout=90)
+        await wait_for(drained, "the queue to drain", within=90)
         second.stop()
         return await ground_truth(conn)
     except BaseException:
@@ -122,7 +122,9 @@ async def run_workload(
 
 
 async def _count(conn: asyncpg.Connection, entrypoint: str) -> int:
-    return int(await conn.fetchval("SELECT count(*) FROM pgqueuer WHERE entrypoint = $1", entrypoint))
+    return int(
+        await conn.fetchval("SELECT count(*) FROM pgqueuer WHERE entrypoint = $1", entrypoint)
+    )
 
 
 async def _picked(conn: asyncpg.Connection, entrypoint: str) -> bool:

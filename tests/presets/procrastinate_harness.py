@@ -114,7 +114,7 @@ async def run_workload(
                 await wait_for(slow_running, "the slow job to start")
                 # Let the quick jobs drain so the kill lands mid-job for 'slow' alone.
                 await wait_for(
-                    lambda: _quiet(conn), "everything but the slow job to settle", timeout=60
+                    lambda: _quiet(conn), "everything but the slow job to settle", within=60
                 )
                 first.kill()
 
@@ -143,7 +143,7 @@ async def run_workload(
                     )  # fmt: skip
                     return active == 0
 
-                await wait_for(drained, "the work queue to drain", timeout=90)
+                await wait_for(drained, "the work queue to drain", within=90)
                 second.stop()
         return await ground_truth(conn, stalled_found)
     except BaseException:
@@ -197,7 +197,11 @@ async def ground_truth(conn: asyncpg.Connection, stalled_found: int = 0) -> Grou
         "FROM procrastinate_jobs WHERE status IN ('todo', 'doing') GROUP BY 1"
     )
     gauges = {
-        r["task_name"]: {"pending": r["pending"], "running": r["running"], "scheduled": r["scheduled"]}
+        r["task_name"]: {
+            "pending": r["pending"],
+            "running": r["running"],
+            "scheduled": r["scheduled"],
+        }
         for r in gauge_rows
     }
     return GroundTruth(

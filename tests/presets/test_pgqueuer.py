@@ -30,7 +30,7 @@ async def test_counters_and_gauges_equal_pgqueuer_ground_truth(pgqueuer_dsn: str
     stuck_seen: list[int] = []
 
     async def while_stale(stale: int) -> None:
-        await poller.until(lambda: _stuck(poller) == stale, timeout=10)
+        await poller.until(lambda: _stuck(poller) == stale, within=10)
         stuck_seen.append(_stuck(poller))
 
     async with poller.running():

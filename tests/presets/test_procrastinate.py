@@ -32,7 +32,7 @@ async def test_counters_and_gauges_equal_procrastinate_ground_truth(procrastinat
 
     async def while_stalled(stalled: int) -> None:
         # The gauge must agree with procrastinate's own stalled-job query while it lasts.
-        await poller.until(lambda: _stuck(poller) == stalled, timeout=10)
+        await poller.until(lambda: _stuck(poller) == stalled, within=10)
         stuck_seen.append(_stuck(poller))
 
     async with poller.running():

@@ -8,7 +8,7 @@
 SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.prepared, v.last_id,
        extract(epoch FROM clock_timestamp())::float8 AS read_at
 FROM (SELECT least(now(), min(xact_start) FILTER (WHERE pid <> pg_backend_pid())) AS lower_bound,
-             count(*) FILTER (WHERE backend_type = 'client backend' AND state IS NULL) AS hidden
+             count(*) FILTER (WHERE backend_type IS NULL) AS hidden  -- rows this role may not read
       FROM pg_stat_activity
       WHERE datname = current_database()
       OFFSET 0) a
