@@ -1,5 +1,6 @@
 // The pg-boss 12 side of the ground-truth workload, run by the Node 22 binary of .presets/.
 //
+//   node pgboss_driver.mjs queues DSN           create the queues only
 //   node pgboss_driver.mjs enqueue DSN          create the queues, send the jobs, cancel one
 //   node pgboss_driver.mjs work DSN MARKER_DIR [supervise]
 //                                              run workers (and, if asked, pg-boss's supervisor,
@@ -39,10 +40,15 @@ function boss (dsn, extra = {}) {
   return instance
 }
 
-async function enqueue (dsn) {
+async function queues (dsn) {
   const b = boss(dsn, { supervise: false })
   await b.start()
   for (const [name, options] of Object.entries(QUEUES)) await b.createQueue(name, options)
+  return b
+}
+
+async function enqueue (dsn) {
+  const b = await queues(dsn)
   for (const [name, count] of Object.entries(PLAN)) {
     for (let n = 0; n < count; n++) {
       const options = name === 'later' ? { startAfter: LATER_SECONDS } : {}
@@ -104,8 +110,9 @@ async function work (dsn, markers, supervise) {
 
 const [command, dsn, markers, role] = process.argv.slice(2)
 if (command === 'enqueue') await enqueue(dsn)
+else if (command === 'queues') await (await queues(dsn)).stop({ graceful: false, wait: true })
 else if (command === 'work') await work(dsn, markers, role === 'supervise')
 else {
-  console.error('usage: pgboss_driver.mjs enqueue DSN | work DSN MARKER_DIR [supervise]')
+  console.error('usage: pgboss_driver.mjs queues DSN | enqueue DSN | work DSN MARKER_DIR [supervise]')
   process.exit(2)
 }
