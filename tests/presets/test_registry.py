@@ -22,10 +22,11 @@ def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     assert reader.horizon_query().name == "horizon"
     for sql in load_queries(name).values():
         # The readers run under a read-only role: every block is a single SELECT (or WITH).
-        code = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
-        first_word = " ".join(code).split()[0].upper()
-        assert first_word in ("SELECT", "WITH"), sql[:60]
-        assert ";" not in sql.rstrip().rstrip(";"), "one statement per block"
+        code = " ".join(line.split("--")[0] for line in sql.splitlines()).strip()
+        assert code.split()[0].upper() in ("SELECT", "WITH"), sql[:60]
+        assert ";" not in code.rstrip(";"), "one statement per block"
+        for verb in ("INSERT", "UPDATE", "DELETE", "CREATE", "ALTER", "DROP", "TRUNCATE"):
+            assert f" {verb} " not in f" {code.upper()} ", verb
 
 
 def test_index_files_are_concurrent_and_idempotent() -> None:
