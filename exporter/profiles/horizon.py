@@ -9,7 +9,8 @@ exist; and, for id cursors, the largest id visible right then (``last_id``) foll
 * A transaction that was running at the horizon started at or after ``L``; one that had not
   started yet starts later still. So every write that is not yet committed when a cycle takes
   its snapshot was made by a transaction that started at or after that cycle's ``L``.
-* Sequences only grow, so an id handed out after ``read_at`` is larger than ``last_id``.
+* A sequence with CACHE 1 (the default; checked every cycle) only grows across sessions, so
+  an id handed out after ``read_at`` is larger than ``last_id``.
   Hence once a later cycle's ``L`` is past a point's ``read_at``, every transaction that could
   still hold an id <= that point's ``last_id`` has ended, and that cycle's snapshot shows all of
   them: the id range up to ``last_id`` is *settled* and a watermark can move there.
@@ -51,6 +52,11 @@ class Horizon:
                 f"{row['hidden']} sessions of this database are hidden in pg_stat_activity: "
                 "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role"
             )
+        cache = row.get("id_cache")
+        if cache is not None and int(cache) > 1:
+            # With CACHE n each session hands out ids from its own block, so a later insert
+            # can carry a lower id than one already visible: the id cursor would skip it.
+            raise PresetError(f"the event id sequence caches {cache} values; it must cache 1")
         last_id = row.get("last_id")
         read_at = row.get("read_at")
         return cls(

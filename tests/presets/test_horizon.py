@@ -112,3 +112,8 @@ async def test_a_role_without_pg_read_all_stats_cannot_count(
         await other.close()
         await execute(empty_dsn, f"DROP OWNED BY {role}")
         await execute(admin, f"DROP ROLE {role}")
+
+
+def test_a_caching_id_sequence_is_refused() -> None:
+    with pytest.raises(PresetError, match="cache"):
+        Horizon.from_row({"lower_bound": 1.0, "hidden": 0, "prepared": 0, "id_cache": 20})

@@ -98,3 +98,47 @@ async def test_rolled_back_write_is_never_counted(
         assert reader.cursor.watermark is not None
     finally:
         await conn.close()
+
+
+async def test_pgboss_late_insert_and_late_completion_are_counted_once(empty_dsn: str) -> None:
+    require("pg-boss")
+    from exporter.profiles.pgboss import PgbossReader
+    from tests.presets import pgboss_harness
+
+    pgboss_harness.install(empty_dsn)
+    pgboss_harness._node([str(pgboss_harness.DRIVER), "queues", empty_dsn], "pg-boss queues")
+    reader = PgbossReader()
+    poller = Poller(empty_dsn, reader, interval=0.2)
+    late = await asyncpg.connect(empty_dsn)
+    prompt = await asyncpg.connect(empty_dsn)
+    insert = "INSERT INTO pgboss.job (name, data) VALUES ($1, '{}') RETURNING id"
+    try:
+        async with poller.running():
+            done_late = await prompt.fetchval(insert, "later")
+            await poller.until(lambda: reader.tallies.enqueued["later"] == 1)
+            transaction = late.transaction()
+            await transaction.start()
+            # now() of this transaction, hence created_on and completed_on, is from here on.
+            await late.fetchval(insert, "parked")
+            await late.execute("SAVEPOINT s")
+            await late.fetchval(insert, "parked")  # written by a subtransaction
+            await late.execute("RELEASE SAVEPOINT s")
+            # A completion the way pg-boss writes one (completed_on = job_now() = now()).
+            await late.execute(
+                "UPDATE pgboss.job SET state = 'completed', started_on = now(), "
+                "completed_on = now(), output = '{}' WHERE name = 'later' AND id = $1",
+                done_late,
+            )
+            await prompt.fetchval(insert, "later")  # a prompt one, committed at once
+            await poller.until(lambda: reader.tallies.enqueued["later"] == 2)
+            await poller.cycles(5)
+            assert reader.tallies.enqueued["parked"] == 0
+            assert reader.tallies.completed["later"] == 0
+            await transaction.commit()
+            await poller.until(lambda: reader.tallies.completed["later"] >= 1)
+            await poller.cycles(5)
+        assert reader.tallies.enqueued == {"later": 2, "parked": 2}
+        assert reader.tallies.completed == {"later": 1}
+    finally:
+        await late.close()
+        await prompt.close()

@@ -6,7 +6,10 @@
 -- proof in horizon.py needs: sessions first, then prepared transactions, then the largest
 -- visible event id, then the clock. max(id) is one step down procrastinate_events_pkey.
 SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.prepared, v.last_id,
-       extract(epoch FROM clock_timestamp())::float8 AS read_at
+       extract(epoch FROM clock_timestamp())::float8 AS read_at,
+       -- Ids only grow across sessions when the sequence caches one value at a time.
+       (SELECT seqcache FROM pg_sequence
+        WHERE seqrelid = pg_get_serial_sequence('procrastinate_events', 'id')::regclass) AS id_cache
 FROM (SELECT least(now(), min(xact_start) FILTER (WHERE pid <> pg_backend_pid())) AS lower_bound,
              count(*) FILTER (WHERE backend_type IS NULL) AS hidden  -- rows this role may not read
       FROM pg_stat_activity
