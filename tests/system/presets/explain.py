@@ -4,7 +4,7 @@ The history is generated with generate_series into the schema each library insta
 then VACUUM ANALYZE; a few hundred new jobs land between cycles, as on a busy queue.
 
 Run the measurement that docs/presets.md quotes (from the work tree, with .venv set up):
-    .venv/bin/python -m tests.presets.explain
+    .venv/bin/python -m tests.system.presets.explain
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any
 import asyncpg
 
 from exporter.profiles.base import Query
-from tests.presets.collect import CycleReader
+from tests.system.presets.collect import CycleReader
 
 ROWS = 1_000_000
-INDEX_DIR = Path(__file__).resolve().parents[2] / "exporter" / "profiles" / "sql"
+INDEX_DIR = Path(__file__).resolve().parents[3] / "exporter" / "profiles" / "sql"
 
 # History first (terminal rows, no triggers fire for them), then a realistic active set.
 PROCRASTINATE_HISTORY = [
@@ -207,7 +207,7 @@ async def _main() -> None:
     from exporter.profiles.pgboss import PgbossReader
     from exporter.profiles.pgqueuer import PgqueuerReader
     from exporter.profiles.procrastinate import ProcrastinateReader
-    from tests.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
+    from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
 
     cluster = Cluster()
     cluster.start()

@@ -1,6 +1,6 @@
 """The pgqueuer worker of the ground-truth workload.
 
-Usage: python -m tests.presets.pgqueuer_worker DSN MARKER_DIR
+Usage: python -m tests.system.presets.pgqueuer_worker DSN MARKER_DIR
 """
 
 from __future__ import annotations

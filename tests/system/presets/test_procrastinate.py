@@ -6,8 +6,8 @@ import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.procrastinate import ProcrastinateReader
-from tests.presets.collect import Poller
-from tests.presets.processes import require
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
 
@@ -16,15 +16,15 @@ pytestmark = pytest.mark.slow
 def procrastinate_dsn(empty_dsn: str) -> str:
     """A database with procrastinate's schema, installed by procrastinate itself."""
     require("procrastinate")
-    from tests.presets.procrastinate_harness import install
+    from tests.system.presets.procrastinate_harness import install
 
     install(empty_dsn)
     return empty_dsn
 
 
 async def test_counters_and_gauges_equal_procrastinate_ground_truth(procrastinate_dsn: str) -> None:
-    from tests.presets import procrastinate_tasks as tasks
-    from tests.presets.procrastinate_harness import PLAN, run_workload
+    from tests.system.presets import procrastinate_tasks as tasks
+    from tests.system.presets.procrastinate_harness import PLAN, run_workload
 
     reader = ProcrastinateReader(stuck_after=tasks.STALLED_AFTER)
     poller = Poller(procrastinate_dsn, reader, interval=0.5)

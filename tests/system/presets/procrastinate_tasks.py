@@ -1,7 +1,7 @@
 """The procrastinate app of the ground-truth workload; ``python -m`` it to run a worker.
 
-Usage: PRESET_PROCRASTINATE_DSN=... python -m tests.presets.procrastinate_tasks worker
-The procrastinate CLI finds the same app as tests.presets.procrastinate_tasks.app.
+Usage: PRESET_PROCRASTINATE_DSN=... python -m tests.system.presets.procrastinate_tasks worker
+The procrastinate CLI finds the same app as tests.system.presets.procrastinate_tasks.app.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ import pytest
 from exporter.profiles.eventlog import EventLogReader
 from exporter.profiles.pgqueuer import PgqueuerReader
 from exporter.profiles.procrastinate import ProcrastinateReader
-from tests.presets.collect import Poller
-from tests.presets.processes import require
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
 
 Enqueue = Callable[[asyncpg.Connection, str], Awaitable[None]]
 
@@ -33,7 +33,7 @@ async def _pgqueuer_enqueue(conn: asyncpg.Connection, entrypoint: str) -> None:
 
 def _procrastinate(dsn: str) -> tuple[EventLogReader, Enqueue]:
     require("procrastinate")
-    from tests.presets.procrastinate_harness import install
+    from tests.system.presets.procrastinate_harness import install
 
     install(dsn)
     return ProcrastinateReader(), _procrastinate_defer
@@ -41,7 +41,7 @@ def _procrastinate(dsn: str) -> tuple[EventLogReader, Enqueue]:
 
 def _pgqueuer(dsn: str) -> tuple[EventLogReader, Enqueue]:
     require("pgqueuer")
-    from tests.presets.pgqueuer_harness import install
+    from tests.system.presets.pgqueuer_harness import install
 
     install(dsn)
     return PgqueuerReader(), _pgqueuer_enqueue
@@ -103,7 +103,7 @@ async def test_rolled_back_write_is_never_counted(
 async def test_pgboss_late_insert_and_late_completion_are_counted_once(empty_dsn: str) -> None:
     require("pg-boss")
     from exporter.profiles.pgboss import PgbossReader
-    from tests.presets import pgboss_harness
+    from tests.system.presets import pgboss_harness
 
     pgboss_harness.install(empty_dsn)
     pgboss_harness._node([str(pgboss_harness.DRIVER), "queues", empty_dsn], "pg-boss queues")

@@ -15,8 +15,8 @@ import asyncpg
 
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.pgboss import attempts
-from tests.presets.collect import wait_for
-from tests.presets.processes import NODE, PRESETS_DIR, ROOT, Worker
+from tests.system.presets.collect import wait_for
+from tests.system.presets.processes import NODE, PRESETS_DIR, ROOT, Worker
 
 DRIVER = Path(__file__).with_name("pgboss_driver.mjs")
 CLI = PRESETS_DIR / "node_modules" / "pg-boss" / "dist" / "cli.js"

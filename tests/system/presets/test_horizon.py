@@ -11,7 +11,7 @@ from exporter.profiles.base import PresetError
 from exporter.profiles.horizon import Horizon, IdWatermark, TxidSnapshot, widen_xid
 from exporter.profiles.procrastinate import ProcrastinateReader
 from tests.conftest import PgServer, dsn_with_database, execute
-from tests.presets.processes import require
+from tests.system.presets.processes import require
 
 
 def _horizon(lower_bound: float, last_id: int, read_at: float, prepared: int = 0) -> Horizon:
@@ -86,7 +86,7 @@ async def test_a_role_without_pg_read_all_stats_cannot_count(
     pg_cluster: PgServer, empty_dsn: str
 ) -> None:
     require("procrastinate")
-    from tests.presets.procrastinate_harness import install
+    from tests.system.presets.procrastinate_harness import install
 
     install(empty_dsn)
     role = f"blind_{uuid.uuid4().hex[:8]}"

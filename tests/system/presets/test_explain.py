@@ -6,32 +6,32 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.presets.explain import ROWS, Measurement
-from tests.presets.processes import require
+from tests.system.presets.explain import ROWS, Measurement
+from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
 
 
 async def _procrastinate(dsn: str) -> Measurement:
     require("procrastinate")
-    from tests.presets import procrastinate_harness
-    from tests.presets.explain import measure_procrastinate
+    from tests.system.presets import procrastinate_harness
+    from tests.system.presets.explain import measure_procrastinate
 
     return await measure_procrastinate(dsn, procrastinate_harness.install)
 
 
 async def _pgqueuer(dsn: str) -> Measurement:
     require("pgqueuer")
-    from tests.presets import pgqueuer_harness
-    from tests.presets.explain import measure_pgqueuer
+    from tests.system.presets import pgqueuer_harness
+    from tests.system.presets.explain import measure_pgqueuer
 
     return await measure_pgqueuer(dsn, pgqueuer_harness.install)
 
 
 async def _pgboss(dsn: str) -> Measurement:
     require("pg-boss")
-    from tests.presets import pgboss_harness
-    from tests.presets.explain import measure_pgboss
+    from tests.system.presets import pgboss_harness
+    from tests.system.presets.explain import measure_pgboss
 
     return await measure_pgboss(dsn, pgboss_harness)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON, PgqueuerReader
-from tests.presets.collect import Poller
-from tests.presets.processes import require
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
 
@@ -15,15 +15,15 @@ pytestmark = pytest.mark.slow
 def pgqueuer_dsn(empty_dsn: str) -> str:
     """A database with pgqueuer's schema, installed by pgqueuer itself."""
     require("pgqueuer")
-    from tests.presets.pgqueuer_harness import install
+    from tests.system.presets.pgqueuer_harness import install
 
     install(empty_dsn)
     return empty_dsn
 
 
 async def test_counters_and_gauges_equal_pgqueuer_ground_truth(pgqueuer_dsn: str) -> None:
-    from tests.presets.pgqueuer_harness import PLAN, run_workload
-    from tests.presets.pgqueuer_worker import HEARTBEAT_TIMEOUT, PARKED
+    from tests.system.presets.pgqueuer_harness import PLAN, run_workload
+    from tests.system.presets.pgqueuer_worker import HEARTBEAT_TIMEOUT, PARKED
 
     reader = PgqueuerReader(stuck_after=HEARTBEAT_TIMEOUT)
     poller = Poller(pgqueuer_dsn, reader, interval=0.5)

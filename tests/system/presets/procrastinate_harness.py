@@ -14,9 +14,9 @@ import asyncpg
 import procrastinate
 
 from exporter.profiles.base import UNKNOWN_REASON
-from tests.presets import procrastinate_tasks as tasks
-from tests.presets.collect import wait_for
-from tests.presets.processes import ROOT, Worker
+from tests.system.presets import procrastinate_tasks as tasks
+from tests.system.presets.collect import wait_for
+from tests.system.presets.processes import ROOT, Worker
 
 # What the workload runs, per task: how many jobs.
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "slow": 1, "later": 2, "cancel": 1, "parked": 3}
@@ -38,7 +38,7 @@ class GroundTruth:
 def install(dsn: str) -> None:
     """Let procrastinate create its schema with its own installer (the CLI)."""
     done = subprocess.run(
-        [sys.executable, "-m", "procrastinate", "--app", "tests.presets.procrastinate_tasks.app",
+        [sys.executable, "-m", "procrastinate", "--app", "tests.system.presets.procrastinate_tasks.app",
          "schema", "--apply"],
         cwd=ROOT, env={**_env(dsn)}, capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -53,7 +53,7 @@ def _env(dsn: str) -> dict[str, str]:
 def start_worker(dsn: str, name: str) -> Worker:
     """A real procrastinate worker process on the work queue."""
     return Worker(
-        [sys.executable, "-m", "tests.presets.procrastinate_tasks", "worker"],
+        [sys.executable, "-m", "tests.system.presets.procrastinate_tasks", "worker"],
         {tasks.DSN_VARIABLE: dsn},
         name,
     )
