@@ -12,7 +12,7 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from exporter.db import Database, DatabaseError
@@ -55,21 +55,7 @@ class Poller:
         self.tallies = Tallies(
             collect.duration_buckets, collect.wait_buckets, collect.latency_buckets
         )
-        self.tracker = Tracker(
-            TrackerOptions(
-                commit_lag_tolerance=collect.commit_lag_tolerance,
-                deadline_prefix=collect.deadline_error_prefix,
-                lease_marker=collect.lease_expired_marker,
-                paths=ResultPaths(
-                    collect.duration_path,
-                    collect.cost_ai_path,
-                    collect.cost_proxy_path,
-                    collect.cost_total_path,
-                ),
-            ),
-            self.labels,
-            self.tallies,
-        )
+        self.tracker = self._new_tracker()
         self.health = Health()
         self.snapshot: Snapshot | None = None
         self.generation = 0  # bumped after every collection, for render caches
@@ -80,6 +66,37 @@ class Poller:
         self._finished = asyncio.Condition()
         # Called (synchronously, on the event loop) after every collection.
         self.listeners: list[Callable[[], None]] = []
+        # Awaited before every collection: False means this exporter may not collect now (it
+        # no longer holds the queue's advisory lock), and nothing is read or counted.
+        self.guard: Callable[[], Awaitable[bool]] | None = None
+
+    def _new_tracker(self) -> Tracker:
+        collect = self.settings.collect
+        options = TrackerOptions(
+            commit_lag_tolerance=collect.commit_lag_tolerance,
+            deadline_prefix=collect.deadline_error_prefix,
+            lease_marker=collect.lease_expired_marker,
+            paths=ResultPaths(
+                collect.duration_path,
+                collect.cost_ai_path,
+                collect.cost_proxy_path,
+                collect.cost_total_path,
+            ),
+        )
+        return Tracker(options, self.labels, self.tallies)
+
+    def rebaseline(self) -> None:
+        """Count from a new baseline at the next collection; what was counted stays counted.
+
+        After a gap in which another exporter collected (or nobody did), the rows this one
+        remembers are out of date: comparing with them would count the gap's transitions,
+        which are not ours to count. Counters keep their values, so a series that comes back
+        after a leadership gap never goes down.
+        """
+        self.tracker = self._new_tracker()
+        self.snapshot = None
+        self._dead_counted_at = None
+        self._indexes_checked_at = None
 
     def fresh(self) -> bool:
         """True when the last success is recent enough to serve the queue gauges."""
@@ -160,11 +177,22 @@ class Poller:
     async def collect_once(self) -> bool:
         """Run one collection; True on success. Never raises (except cancellation)."""
         started = self._monotonic()
+        # The guard and the collection share one deadline: a silent network cannot hold the
+        # guard's check for longer than a collection could take.
+        deadline = asyncio.get_running_loop().time() + self.settings.collect.timeout
+        if self.guard is not None:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    allowed = await self.guard()
+            except TimeoutError:
+                allowed = True  # the collection times out at once and is counted as such
+            if not allowed:
+                return self.health.up
         health = self.health
         health.collections += 1
         self._cycle += 1
         try:
-            async with asyncio.timeout(self.settings.collect.timeout):
+            async with asyncio.timeout_at(deadline):
                 await self._collect()
         except DatabaseError as exc:
             self._failed(exc.reason, str(exc))

@@ -15,9 +15,10 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
-from exporter.db import ConnectOptions, Database
+from exporter.db import ConnectOptions, Database, LockSession
+from exporter.election import Election
 from exporter.logs import log_fields, reconfigure_logging
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, Health, QueueView
 from exporter.poller import Poller
 from exporter.settings import (
     Change,
@@ -33,6 +34,9 @@ from exporter.web.status import QueueStatus
 from exporter.web.validate import WebConfigError
 
 log = logging.getLogger(__name__)
+
+# A standby tries for the lock every half interval, and at least this often.
+MAX_ELECTION_RETRY = 5.0
 
 
 def connect_options(queue: QueueSettings) -> ConnectOptions:
@@ -50,14 +54,35 @@ def connect_options(queue: QueueSettings) -> ConnectOptions:
     )
 
 
-class QueueRuntime:
-    """One watched queue: its database pool and its collection loop."""
+def _pool_options(settings: QueueSettings) -> ConnectOptions:
+    """The collection pool's options: with an election, the lock's session is one of the
+    queue's database.max_connections."""
+    options = connect_options(settings)
+    if not settings.collect.leader_election:
+        return options
+    return replace(options, max_connections=options.max_connections - 1)
 
-    def __init__(self, settings: QueueSettings) -> None:
+
+class QueueRuntime:
+    """One watched queue: its pool, its collection loop and, unless turned off, its election."""
+
+    def __init__(self, settings: QueueSettings, on_change: Callable[[], None]) -> None:
         self.settings = settings
-        self.database = Database(connect_options(settings))
+        self.database = Database(_pool_options(settings))
         self.poller = Poller(settings, self.database)
-        self._task: asyncio.Task[None] | None = None
+        self.poller.listeners.append(on_change)
+        self._on_change = on_change
+        self.election: Election | None = None
+        if settings.collect.leader_election:
+            interval = settings.collect.interval
+            retry = min(interval / 2, MAX_ELECTION_RETRY)
+            self.election = Election(
+                settings.name, LockSession(connect_options(settings)), retry, interval,
+                self._leadership,
+            )  # fmt: skip
+            self.poller.guard = self.election.guard
+        self._poller_task: asyncio.Task[None] | None = None
+        self._election_task: asyncio.Task[None] | None = None
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -73,26 +98,81 @@ class QueueRuntime:
         """The queue label."""
         return self.settings.name
 
+    @property
+    def leader(self) -> bool:
+        """True when this exporter collects the queue (always, without an election)."""
+        return self.election is None or self.election.collector
+
     def start(self) -> None:
-        """Start collecting in the background; every line its tasks log carries ``queue=``."""
+        """Start collecting (each collection first checks the lock) and standing for election;
+        every line these tasks log carries ``queue=``."""
+        self._start_poller()
+        if self.election is not None:
+            with log_fields(queue=self.name):
+                self._election_task = asyncio.create_task(
+                    self.election.run(), name=f"election {self.name}"
+                )
+
+    def _leadership(self, leader: bool, rebaseline: bool) -> None:
+        if leader:
+            if rebaseline:
+                self.poller.rebaseline()
+            self._start_poller()
+        elif self._poller_task is not None:
+            # Withdraw at once: a standby must not export a counter it no longer keeps.
+            self._poller_task.cancel()
+            self._poller_task = None
+        self._on_change()
+
+    def _start_poller(self) -> None:
+        if self._poller_task is not None and not self._poller_task.done():
+            return  # one collection loop per queue, whoever asks
         with log_fields(queue=self.name):
-            self._task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
+            self._poller_task = asyncio.create_task(self.poller.run(), name=f"poller {self.name}")
+
+    def verdict(self) -> Hashable:
+        """What /metrics must never show late: leadership, and the leader's (up, fresh)."""
+        if self.leader:
+            return (True, *self.poller.verdict())
+        assert self.election is not None
+        return (False, self.election.reachable)
+
+    def view(self) -> QueueView:
+        """The queue's part of /metrics: everything on the leader, up and leader on a standby."""
+        if self.leader:
+            return self.poller.view()
+        assert self.election is not None
+        return QueueView(
+            queue=self.name,
+            leader=False,
+            snapshot=None,
+            label_of={},
+            labels=(),
+            folded=0,
+            tallies=None,
+            health=Health(up=self.election.reachable),
+            up=self.election.reachable,
+            collection_timeout=self.settings.collect.timeout,
+            tracked=0,
+        )
 
     def readiness(self) -> str | None:
-        """None when the queue's last collection succeeded recently enough, else why not."""
+        """None when the queue is served as it should be, else why not."""
+        if not self.leader:
+            assert self.election is not None
+            # A standby is ready while it can reach the database to take over.
+            return None if self.election.reachable else self.election.last_error or "starting"
         if self.poller.health.up and self.poller.fresh():
             return None
         return self.poller.health.last_error or "no successful collection yet"
 
     def status(self) -> QueueStatus:
         """The queue as the status page shows it."""
-        return QueueStatus(
-            self.poller.view(), self.readiness(), self.last_error, self.last_error_at
-        )
+        return QueueStatus(self.view(), self.readiness(), self.last_error, self.last_error_at)
 
     async def _stop_collecting(self) -> bool:
         """Cancel the collection loop (an unfinished collection is dropped); True if it ran."""
-        task, self._task = self._task, None
+        task, self._poller_task = self._poller_task, None
         if task is None:
             return False
         task.cancel()
@@ -100,27 +180,37 @@ class QueueRuntime:
         return True
 
     async def stop(self) -> None:
-        """Stop collecting and close every connection of this queue."""
-        await self._stop_collecting()
+        """Stop collecting, give up the lock, close every connection of this queue."""
+        tasks = [t for t in (self._election_task, self._poller_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.election is not None:
+            await self.election.lock.close()
         await self.database.close()
 
     async def reconfigure(self, settings: QueueSettings, change: Change) -> None:
-        """Take on reloaded settings of the same queue, keeping its counters and tracked jobs."""
-        old = self.settings.collect
+        """Take on reloaded settings of the same queue, keeping its counters, tracked jobs and
+        (with an election) its lock, so leadership does not move."""
+        collect = settings.collect
         # The loop reads its interval when it starts; a new pool wants no collection in flight.
-        restart = change is Change.RECONNECT or old.interval != settings.collect.interval
+        restart = change is Change.RECONNECT or self.settings.collect.interval != collect.interval
         running = await self._stop_collecting() if restart else False
-        moved = self.poller.labels.rename(
-            settings.collect.job_types, settings.collect.max_job_types
+        self.poller.tallies.relabel(
+            self.poller.labels.rename(collect.job_types, collect.max_job_types)
         )
-        self.poller.tallies.relabel(moved)
         self.settings = self.poller.settings = settings
         if change is Change.RECONNECT:
-            previous, self.database = self.database, Database(connect_options(settings))
+            previous, self.database = self.database, Database(_pool_options(settings))
             self.poller.database = self.database
             await previous.close()
-        if running:
-            self.start()
+        if self.election is not None:
+            # The held lock's session stays; when it reconnects it uses the new settings.
+            self.election.lock.options = connect_options(settings)
+            self.election.retry = min(collect.interval / 2, MAX_ELECTION_RETRY)
+            self.election.grace = collect.interval
+        if running and self.leader:
+            self._start_poller()
 
 
 class Service:
@@ -140,13 +230,13 @@ class Service:
         self._reloads = 0
         self._reload_tasks: set[asyncio.Task[str | None]] = set()
         self.config_status = ConfigStatus(last_success_at=time.time())
+        # Render as soon as a collection ends (or leadership changes), so scrapes rarely see
+        # the previous rendering and never a stale verdict.
+        self.queues = [QueueRuntime(queue, self._changed) for queue in settings.queues]
         self.web = WebServer(settings.web, self, sockets)
-        self.queues = [self._adopt(QueueRuntime(queue)) for queue in settings.queues]
 
-    def _adopt(self, queue: QueueRuntime) -> QueueRuntime:
-        # Render as soon as a collection ends, so scrapes rarely see the previous one.
-        queue.poller.listeners.append(self.web.refresh)
-        return queue
+    def _changed(self) -> None:
+        self.web.refresh()
 
     def queue(self, name: str) -> QueueRuntime:
         """The runtime of the queue with this label."""
@@ -162,13 +252,14 @@ class Service:
         return (self._reloads, tuple(queue.poller.generation for queue in self.queues))
 
     def verdict(self) -> Hashable:
-        """Each queue's (up, fresh) and whether the last reload worked: what may never lag."""
-        queues = tuple((queue.name, queue.poller.verdict()) for queue in self.queues)
+        """Each queue's leadership, up and freshness, and whether the last reload worked: the
+        part of /metrics that may never lag."""
+        queues = tuple((queue.name, queue.verdict()) for queue in self.queues)
         return (self.config_status.successful, queues)
 
     def views(self) -> Sequence[QueueView]:
         """A copy of every queue's state, for rendering off the event loop."""
-        return [queue.poller.view() for queue in self.queues]
+        return [queue.view() for queue in self.queues]
 
     def readiness(self) -> Sequence[tuple[str, str | None]]:
         """(queue, None) for each ready queue, (queue, why not) for the others."""
@@ -195,7 +286,7 @@ class Service:
                     raise ConfigError(f"{keys}: changing it needs a restart")
                 self.web.check_config()
                 fresh = {
-                    q.name: QueueRuntime(q)
+                    q.name: QueueRuntime(q, self._changed)
                     for q in settings.queues
                     if plan.changes.get(q.name, Change.REPLACE) is Change.REPLACE
                 }
@@ -238,7 +329,7 @@ class Service:
         self.settings = settings
         self.web.apply(settings.web)
         for runtime in fresh.values():
-            self._adopt(runtime).start()
+            runtime.start()
         self.config_status = ConfigStatus(last_success_at=time.time())
         self._reloads += 1
         self.web.refresh()

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
+import aiohttp
+import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.db import Database
@@ -112,3 +116,46 @@ async def wait_for_completions(fleet: Fleet, count: int, limit: float = 120.0) -
         if time.monotonic() > deadline:
             raise AssertionError(f"the fleet completed fewer than {count} jobs in {limit:g}s")
         await asyncio.sleep(0.05)
+
+
+async def get(port: int | None, path: str) -> tuple[int, str, float]:
+    """One GET with a hard client deadline, so a hung endpoint fails the test instead of it."""
+    assert port
+    started = time.monotonic()
+    timeout = aiohttp.ClientTimeout(total=5)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text(), time.monotonic() - started
+
+
+async def wait_until(
+    predicate: Callable[[], bool],
+    within: float = 30.0,
+    what: str = "",
+) -> float:
+    """Poll until true; returns the seconds it took, fails after ``within`` seconds."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > within:
+            raise AssertionError(f"not reached within {within}s: {what or predicate}")
+        await asyncio.sleep(0.02)
+    return time.monotonic() - started
+
+
+@contextlib.asynccontextmanager
+async def table_locked(admin_dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """Hold ACCESS EXCLUSIVE on job from another session until the block ends."""
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        transaction = conn.transaction()
+        await transaction.start()
+        await conn.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
+        yield conn
+        # The server may have gone away meanwhile (restart tests): then there is nothing to undo.
+        with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
+            await transaction.rollback()
+    finally:
+        if not conn.is_closed():
+            conn.terminate()

@@ -145,6 +145,12 @@ class CollectSettings:
         Kind.DURATION, None, "Withdraw queue gauges after failing this long (null: 3 intervals).",
         optional=True, check=positive_or_null,
     )  # fmt: skip
+    leader_election: bool = setting(
+        Kind.BOOLEAN,
+        True,
+        "Elect one collector among the exporters watching the same table (a session advisory "
+        "lock); turn off only behind a transaction-pooling PgBouncer, where it cannot work.",
+    )
     done_count: bool = setting(
         Kind.BOOLEAN, False, 'Also count DONE rows for jobqueue_jobs{status="done"} (a full scan).'
     )

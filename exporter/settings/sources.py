@@ -211,6 +211,11 @@ def _queue(
             f"{prefix}collect.lock_timeout: must not exceed collect.statement_timeout "
             f"({collect.statement_timeout:g}s), got {collect.lock_timeout:g}s{where}"
         )
+    if collect.leader_election and database.max_connections < 2:
+        errors.append(
+            f"{prefix}database.max_connections: the leader election holds one connection, so "
+            f"at least 2 are needed (or set collect.leader_election: false){where}"
+        )
     if not isinstance(name, str):
         name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
     if len(errors) > before:

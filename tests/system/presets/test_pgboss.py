@@ -1,0 +1,76 @@
+"""pg-boss 12.38: the preset's counters equal the library's own record, exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.profiles.base import UNKNOWN_REASON
+from exporter.profiles.pgboss import PgbossReader
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def pgboss_dsn(empty_dsn: str) -> str:
+    """A database with pg-boss's schema, installed by pg-boss's own CLI."""
+    require("pg-boss")
+    from tests.system.presets.pgboss_harness import install
+
+    install(empty_dsn)
+    return empty_dsn
+
+
+async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) -> None:
+    from tests.system.presets.pgboss_harness import run_workload
+
+    reader = PgbossReader()
+    poller = Poller(pgboss_dsn, reader, interval=0.5)
+    stuck_seen: list[int] = []
+
+    async def while_stuck(stuck: int) -> None:
+        await poller.until(lambda: _stuck(poller) == stuck, within=10)
+        stuck_seen.append(_stuck(poller))
+
+    async with poller.running():
+        truth = await run_workload(pgboss_dsn, while_stuck)
+        await poller.cycles(3)
+
+    counting = [r for r in poller.readings if r.counting]
+    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    # The tables agree with what the handlers did (so the truth is not vacuous): every failed
+    # attempt is a handler that threw, or the one the SIGKILL cut short and pg-boss expired.
+    outcomes = truth.handler_outcomes
+    assert truth.counters["enqueued"] == {
+        "ok": 20, "flaky": 5, "bad": 3, "bad_dlq": 3, "slow": 1, "later": 2, "parked": 4,
+    }  # fmt: skip
+    for queue in ("ok", "flaky", "bad", "later"):
+        assert (
+            truth.counters["failures"].get((queue, UNKNOWN_REASON), 0)
+            == outcomes[(queue, "failed")]
+        )
+        assert truth.counters["completed"].get(queue, 0) == outcomes[(queue, "completed")]
+    assert outcomes[("slow", "started-long")] == 1
+    assert truth.counters["failures"][("slow", UNKNOWN_REASON)] == 1  # the expired attempt
+    assert truth.counters["dead"] == {("bad", UNKNOWN_REASON): 3}
+    assert truth.counters["cancelled"] == {"parked": 1}
+    # ... and the reader, polling all along, agrees with the tables exactly.
+    assert reader.tallies.counters() == truth.counters
+    assert {t: h.count for t, h in reader.tallies.duration.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in reader.tallies.wait.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in reader.tallies.latency.items()} == truth.histogram_counts
+    assert reader.tallies.latency["later"].total >= 2 * 3.0
+    assert reader.tallies.wait["later"].total < reader.tallies.latency["later"].total
+    assert stuck_seen == [1]
+    last = poller.readings[-1].gauges
+    got = {q: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
+           for q, g in last.items()}  # fmt: skip
+    assert got == truth.gauges
+    assert last["parked"].oldest_pending_age > 0
+    assert all(g.stuck == 0 for g in last.values())
+
+
+def _stuck(poller: Poller) -> int:
+    gauges = poller.readings[-1].gauges.get("slow")
+    return gauges.stuck if gauges is not None else 0
