@@ -9,11 +9,15 @@ Fixtures:
     db_dsn                      DSN of a new database with the queue schema and exporter indexes
     schema_dsn_without_indexes  the same without the exporter's indexes
     fresh_cluster               a Cluster of the test's own, to stop/restart freely (always local)
+    secret_cluster              a fresh_cluster with a queue database and a password role
+    restore_logging             the root logger as it was before the test
 Helpers: :func:`execute`, :func:`fetch`, :func:`fetchval`, :func:`dsn_with_database`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -156,3 +160,24 @@ def fresh_cluster() -> Iterator[Cluster]:
         yield cluster
     finally:
         cluster.destroy()
+
+
+@pytest.fixture
+def secret_cluster(fresh_cluster: Cluster) -> tuple[Cluster, str, str]:
+    """A cluster with a queue database and a password-protected, SELECT-only role."""
+    password = "pw-" + uuid.uuid4().hex
+    fresh_cluster.create_database("queue")
+    asyncio.run(prepare_database(fresh_cluster.dsn("queue")))
+    fresh_cluster.create_role("watcher", password)
+    fresh_cluster.psql("GRANT SELECT ON job TO watcher", dbname="queue")
+    return fresh_cluster, fresh_cluster.dsn("queue", user="watcher", password=password), password
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """Put the root logger's handlers and level back after a test that sets up logging."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -6,7 +6,7 @@ never touches the database and runs in a worker thread on a copy of the state.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.core import (
@@ -103,12 +103,8 @@ def _snapshot_families(view: QueueView) -> Iterator[Metric]:
     if snapshot.done is not None:
         statuses.append(Status.DONE)
     jobs = _gauge("jobqueue_jobs")
-    scheduled = _gauge("jobqueue_jobs_scheduled")
-    oldest_pending = _gauge("jobqueue_oldest_pending_age_seconds")
-    oldest_ready = _gauge("jobqueue_oldest_ready_wait_seconds")
     stuck = _gauge("jobqueue_stuck_jobs")
-    lease_oldest = _gauge("jobqueue_lease_expired_oldest_seconds")
-    running_oldest = _gauge("jobqueue_running_oldest_seconds")
+    per_type = [(_gauge(name), figure) for name, figure in _PER_TYPE_GAUGES]
     # Every label seen so far is exported, with zeros, so a status that empties reads 0
     # rather than vanishing (alerts and rate() need the series to exist).
     for label in view.labels:
@@ -121,50 +117,64 @@ def _snapshot_families(view: QueueView) -> Iterator[Metric]:
         }
         for status in statuses:
             jobs.add_metric([q, label, status.label], counts[status])
-        scheduled.add_metric([q, label], sum(s.scheduled for s in group))
-        oldest_pending.add_metric(
-            [q, label], max((s.oldest_pending_age for s in group), default=0.0)
-        )
-        oldest_ready.add_metric([q, label], max((s.oldest_ready_wait for s in group), default=0.0))
         stuck.add_metric([q, label, LEASE_EXPIRED], sum(s.stuck_lease_expired for s in group))
         stuck.add_metric([q, label, OVERRUN], sum(s.stuck_overrun for s in group))
-        lease_oldest.add_metric(
-            [q, label], max((s.lease_expired_oldest for s in group), default=0.0)
-        )
-        running_oldest.add_metric([q, label], max((s.running_oldest for s in group), default=0.0))
-    yield from (jobs, scheduled, oldest_pending, oldest_ready, stuck, lease_oldest, running_oldest)
+        for family, figure in per_type:
+            family.add_metric([q, label], figure(group))
+    yield from (jobs, stuck, *(family for family, _ in per_type))
+
+
+def _largest(field: str) -> Callable[[list[ActiveStats]], float]:
+    return lambda group: max((getattr(s, field) for s in group), default=0.0)
+
+
+# The snapshot's other per-job-type gauges: how each sums up the job type's active rows.
+_PER_TYPE_GAUGES: tuple[tuple[str, Callable[[list[ActiveStats]], float]], ...] = (
+    ("jobqueue_jobs_scheduled", lambda group: sum(s.scheduled for s in group)),
+    ("jobqueue_oldest_pending_age_seconds", _largest("oldest_pending_age")),
+    ("jobqueue_oldest_ready_wait_seconds", _largest("oldest_ready_wait")),
+    ("jobqueue_lease_expired_oldest_seconds", _largest("lease_expired_oldest")),
+    ("jobqueue_running_oldest_seconds", _largest("running_oldest")),
+)
 
 
 def _counter_families(view: QueueView) -> Iterator[Metric]:
     tallies = view.tallies
     assert tallies is not None
     q = view.queue
-    enqueued = _counter("jobqueue_jobs_enqueued")
-    completed = _counter("jobqueue_jobs_completed")
-    failures = _counter("jobqueue_job_failures")
-    dead = _counter("jobqueue_jobs_dead")
-    requeued = _counter("jobqueue_jobs_requeued")
+    for name, by_label in (
+        ("jobqueue_jobs_enqueued", tallies.enqueued),
+        ("jobqueue_jobs_completed", tallies.completed),
+        ("jobqueue_jobs_requeued", tallies.requeued),
+    ):
+        family = _counter(name)
+        for label in view.labels:
+            family.add_metric([q, label], by_label[label])
+        yield family
+    for name, by_reason in (
+        ("jobqueue_job_failures", tallies.failures),
+        ("jobqueue_jobs_dead", tallies.dead),
+    ):
+        family = _counter(name)
+        for label in view.labels:
+            for reason in FAILURE_REASONS:
+                family.add_metric([q, label, reason], by_reason[(label, reason)])
+        yield family
     cost = _counter("jobqueue_cost_usd")
     for label in view.labels:
-        enqueued.add_metric([q, label], tallies.enqueued[label])
-        completed.add_metric([q, label], tallies.completed[label])
-        requeued.add_metric([q, label], tallies.requeued[label])
-        for reason in FAILURE_REASONS:
-            failures.add_metric([q, label, reason], tallies.failures[(label, reason)])
-            dead.add_metric([q, label, reason], tallies.dead[(label, reason)])
         for component in COST_COMPONENTS:
             cost.add_metric([q, label, component], tallies.cost.get((label, component), 0.0))
-    yield from (enqueued, completed, failures, dead, requeued, cost)
+    yield cost
     for name, table, bounds in (
         ("jobqueue_job_duration_seconds", tallies.duration, tallies.duration_bounds),
         ("jobqueue_job_wait_seconds", tallies.wait, tallies.wait_bounds),
         ("jobqueue_job_latency_seconds", tallies.latency, tallies.latency_bounds),
     ):
-        family = _histogram(name)
+        histograms = _histogram(name)
         for label in view.labels:
             histogram = table.get(label) or Histogram(bounds)
-            family.add_metric([q, label], list(histogram.cumulative()), histogram.total)
-        yield family
+            histograms.add_metric([q, label], list(histogram.cumulative()), histogram.total)
+        yield histograms
     malformed = _counter("jobqueue_exporter_malformed_rows")
     for field_name in MALFORMED_FIELDS:
         malformed.add_metric([q, field_name], tallies.malformed[field_name])

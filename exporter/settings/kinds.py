@@ -89,11 +89,16 @@ def parse_duration(value: object) -> float:
             raise ValueError(f"{DURATION_EXAMPLE}, got {show(value)}")
     else:
         raise ValueError(f"{DURATION_EXAMPLE}, got {show(value)}")
-    if not math.isfinite(seconds):
+    return _finite_and_not_negative(seconds, value)
+
+
+def _finite_and_not_negative(number: float, value: object) -> float:
+    """The number, or ValueError quoting the value it was read from."""
+    if not math.isfinite(number):
         raise ValueError(f"must be finite, got {show(value)}")
-    if seconds < 0:
+    if number < 0:
         raise ValueError(f"must not be negative, got {show(value)}")
-    return seconds
+    return number
 
 
 def parse_number(value: object) -> float:
@@ -107,11 +112,7 @@ def parse_number(value: object) -> float:
         number = float(value.strip())
     else:
         raise ValueError(f"expected a number, got {show(value)}")
-    if not math.isfinite(number):
-        raise ValueError(f"must be finite, got {show(value)}")
-    if number < 0:
-        raise ValueError(f"must not be negative, got {show(value)}")
-    return number
+    return _finite_and_not_negative(number, value)
 
 
 def parse_ratio(value: object) -> float:

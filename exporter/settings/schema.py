@@ -17,6 +17,7 @@ from exporter.settings.spec import setting
 
 DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
 DSN_FALLBACK_ENV = "DATABASE_URL"
+LOG_LEVELS = ("debug", "info", "warn", "error")
 RESERVED_PATHS = ("/", "/healthz", "/readyz", "/-/reload", "/-/healthy", "/-/ready")
 
 DEFAULT_DURATION_BUCKETS: tuple[float, ...] = (
@@ -247,12 +248,7 @@ class WebSettings:
 class LogSettings:
     """Log level and format."""
 
-    level: str = setting(
-        Kind.CHOICE,
-        "info",
-        "Least severe level logged.",
-        choices=("debug", "info", "warn", "error"),
-    )
+    level: str = setting(Kind.CHOICE, "info", "Least severe level logged.", choices=LOG_LEVELS)
     format: str = setting(Kind.CHOICE, "logfmt", "Line format.", choices=("logfmt", "json"))
 
 

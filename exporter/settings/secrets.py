@@ -105,17 +105,25 @@ def inject_password(dsn: str, password: str) -> str:
     return urllib.parse.urlunsplit(split._replace(netloc=netloc))
 
 
+def read_text_file(path: str) -> str:
+    """A UTF-8 text file's content; SecretError says why not without quoting the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except UnicodeDecodeError:
+        raise SecretError("not a UTF-8 text file") from None
+    except OSError as exc:
+        raise SecretError(f"cannot read: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte in the path: the OS cannot even look for it
+        raise SecretError("not a usable file name") from None
+
+
 def read_password_file(path: str) -> str:
     """The password a file holds (one trailing newline stripped); SecretError names the path."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            content = handle.read()
-    except UnicodeDecodeError:
-        raise SecretError(f"{path} is not a UTF-8 text file") from None
-    except OSError as exc:
-        raise SecretError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except ValueError:  # a NUL byte in the path: the OS cannot even look for it
-        raise SecretError(f"{path!r} is not a usable file name") from None
+        content = read_text_file(path)
+    except SecretError as exc:
+        raise SecretError(f"{exc} ({path!r})") from None
     password = content.rstrip("\r\n")
     if not password:
         raise SecretError(f"{path} is empty")

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from exporter.settings.kinds import show
-from exporter.settings.secrets import redact_dsn
+from exporter.settings.secrets import SecretError, read_text_file, redact_dsn
 
 
 class ConfigError(Exception):
@@ -78,14 +78,9 @@ def _index_lines(node: yaml.Node, prefix: str, lines: dict[str, int]) -> None:
 def read_document(path: str) -> Document:
     """Read and parse the config file; errors name the file and line, never quote its text."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except ValueError:
-        raise ConfigError(f"{path!r}: not a usable file name") from None
+        text = read_text_file(path)
+    except SecretError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     try:
         data = yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: plain data only
         root = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from exporter.metrics import CONTENT_TYPE
+from exporter.settings import redact_dsn
 from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition, StateSource
 from exporter.web.middleware import RELOAD_METHODS, RELOAD_PATH
@@ -40,7 +41,7 @@ def add_routes(
         waiting = [(queue, why) for queue, why in source.readiness() if why is not None]
         if not waiting:
             return web.Response(text="ready\n")
-        lines = "".join(f"queue {queue}: not ready: {why}\n" for queue, why in waiting)
+        lines = "".join(f"queue {queue}: not ready: {redact_dsn(why)}\n" for queue, why in waiting)
         return web.Response(status=503, text=lines)
 
     started = time.monotonic()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from exporter import __version__
 from exporter.model import ConfigStatus, QueueView
+from exporter.settings import redact_dsn
 from exporter.vocabulary import DOCS_URL, PROJECT
 
 
@@ -54,6 +55,11 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}td.s{white-space:nowrap}
 .err{color:#a3211b;max-width:28em;word-break:break-word}.muted{color:#8a919c}
 .banner{padding:8px 12px;border-radius:6px;margin:0 0 14px;background:#fde0df;color:#a3211b}
 """
+
+
+def _text(message: str) -> str:
+    """An error message as the page shows it: any DSN password masked, then escaped."""
+    return html.escape(redact_dsn(message))
 
 
 def _ago(now: float, then: float | None) -> str:
@@ -120,11 +126,11 @@ def _queue_row(status: QueueStatus, now: float) -> str:
     why = ""
     if status.ready is not None:
         # The reason is usually the last error, shown beside it: say it once.
-        reason = "" if status.ready == status.last_error else f": {html.escape(status.ready)}"
+        reason = "" if status.ready == status.last_error else f": {_text(status.ready)}"
         why = f'<div class="err">not ready{reason}</div>'
     if status.last_error:
         error = (
-            f'<div class="err">{html.escape(status.last_error)}</div>'
+            f'<div class="err">{_text(status.last_error)}</div>'
             f'<div class="muted">{_when(now, status.last_error_at)}</div>'
         )
     else:
@@ -152,7 +158,7 @@ def _config_line(config: ConfigStatus, now: float) -> str:
     loaded = f"configuration loaded {_when(now, config.last_success_at)}"
     if config.successful:
         return f'<p class="meta">{loaded}</p>'
-    error = html.escape(config.last_error or "unknown error")
+    error = _text(config.last_error or "unknown error")
     return (
         f'<p class="banner">The last reload failed {_when(now, config.last_failure_at)}: '
         f"{error}. The previous configuration is still running.</p>"

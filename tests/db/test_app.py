@@ -9,7 +9,6 @@ import io
 import logging
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,6 @@ import bcrypt
 import pytest
 
 from exporter.demo.cluster import Cluster
-from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
 from exporter.service import Service
 from tests.conftest import execute
@@ -60,17 +58,6 @@ async def scrape_until(
         if time.monotonic() > deadline:
             raise AssertionError("/metrics never reached the expected state")
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-def secret_cluster(fresh_cluster: Cluster) -> tuple[Cluster, str, str]:
-    """A cluster with a queue database and a password-protected, SELECT-only role."""
-    password = "pw-" + uuid.uuid4().hex
-    fresh_cluster.create_database("queue")
-    asyncio.run(prepare_database(fresh_cluster.dsn("queue")))
-    fresh_cluster.create_role("watcher", password)
-    fresh_cluster.psql("GRANT SELECT ON job TO watcher", dbname="queue")
-    return fresh_cluster, fresh_cluster.dsn("queue", user="watcher", password=password), password
 
 
 async def test_database_down_then_up_then_down_again_is_reported_and_recovers(

@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from exporter.demo.cluster import Cluster
-from exporter.demo.queue import prepare_database
 from exporter.logs import setup_logging
 from exporter.service import Service
 from exporter.settings import Settings, load_settings
@@ -50,18 +49,35 @@ def loader(path: Path) -> Callable[[], Settings]:
 
 
 @pytest.fixture
-async def started(tmp_path: Path) -> AsyncIterator[Callable[[Path], Any]]:
+def path(tmp_path: Path) -> Path:
+    """The configuration file the test writes and the service re-reads."""
+    return tmp_path / "config.yml"
+
+
+@pytest.fixture
+async def started(path: Path) -> AsyncIterator[Callable[..., Any]]:
+    """start(*queues, **top): write the file, start a service from it, and wait for the first
+    queue's first collection (the baseline counting starts from)."""
     services: list[Service] = []
 
-    async def start(path: Path) -> Service:
+    async def start(*queues: dict[str, Any], **top: Any) -> Service:
+        write(path, *queues, **top)
         service = Service(loader(path)(), loader(path))
         services.append(service)
         await service.start()
+        if service.queue(queues[0]["name"]).leader:
+            await service.queues[0].poller.wait_for_success()
         return service
 
     yield start
     for service in services:
         await service.stop()
+
+
+def enqueued(queue: str, job_type: str) -> Callable[[Samples], float | None]:
+    """Reads jobqueue_jobs_enqueued_total of one queue and job type (None while absent)."""
+    key = ("jobqueue_jobs_enqueued_total", (("job_type", job_type), ("queue", queue)))
+    return lambda samples: samples.get(key)
 
 
 async def request(service: Service, method: str, path: str, **kwargs: Any) -> tuple[int, str]:
@@ -91,20 +107,14 @@ def queues_in(samples: Samples) -> set[str]:
 
 
 async def test_reload_renames_adds_and_removes_queues_and_keeps_the_counters_of_the_rest(
-    db_dsn: str, tmp_path: Path, started: Callable[[Path], Any]
+    db_dsn: str, path: Path, started: Callable[..., Any]
 ) -> None:
-    path = tmp_path / "config.yml"
-    write(path, entry("orders", db_dsn, job_types={1: "email"}))
-    service: Service = await started(path)
+    service: Service = await started(entry("orders", db_dsn, job_types={1: "email"}))
     orders = service.queue("orders")
-    await orders.poller.wait_for_success()  # the baseline: counting starts here
     await execute(db_dsn, "INSERT INTO job (job_type) SELECT 1 FROM generate_series(1, 3)")
     before = await scrape_until(
         service,
-        lambda s: (
-            s.get(("jobqueue_jobs_enqueued_total", (("job_type", "email"), ("queue", "orders"))))
-            == 3
-        ),
+        lambda s: enqueued("orders", "email")(s) == 3,
     )
     loaded_at = value(before, ON_TIME)
 
@@ -126,10 +136,7 @@ async def test_reload_renames_adds_and_removes_queues_and_keeps_the_counters_of_
     await execute(db_dsn, "INSERT INTO job (job_type) VALUES (1)")
     await scrape_until(
         service,
-        lambda s: (
-            s.get(("jobqueue_jobs_enqueued_total", (("job_type", "mail"), ("queue", "orders"))))
-            == 4
-        ),
+        lambda s: enqueued("orders", "mail")(s) == 4,
     )
 
     write(path, entry("mails", db_dsn))
@@ -140,19 +147,14 @@ async def test_reload_renames_adds_and_removes_queues_and_keeps_the_counters_of_
 
 
 async def test_a_changed_database_replaces_the_queue_and_restarts_its_counters(
-    db_dsn: str, tmp_path: Path, started: Callable[[Path], Any]
+    db_dsn: str, path: Path, started: Callable[..., Any]
 ) -> None:
-    path = tmp_path / "config.yml"
-    write(path, entry("orders", db_dsn))
-    service: Service = await started(path)
+    service: Service = await started(entry("orders", db_dsn))
     first = service.queue("orders")
-    await first.poller.wait_for_success()
     await execute(db_dsn, "INSERT INTO job (job_type) VALUES (1)")
     await scrape_until(
         service,
-        lambda s: (
-            s.get(("jobqueue_jobs_enqueued_total", (("job_type", "1"), ("queue", "orders")))) == 1
-        ),
+        lambda s: enqueued("orders", "1")(s) == 1,
     )
     write(path, entry("orders", db_dsn, commit_lag_tolerance="10s"))  # the counting changes
     assert (await request(service, "POST", "/-/reload"))[0] == 200
@@ -166,13 +168,10 @@ async def test_a_changed_database_replaces_the_queue_and_restarts_its_counters(
 
 
 async def test_a_bad_file_keeps_the_running_configuration_and_the_gauge_says_so(
-    db_dsn: str, tmp_path: Path, started: Callable[[Path], Any]
+    db_dsn: str, path: Path, started: Callable[..., Any]
 ) -> None:
-    path = tmp_path / "config.yml"
-    write(path, entry("orders", db_dsn))
-    service: Service = await started(path)
+    service: Service = await started(entry("orders", db_dsn))
     orders = service.queue("orders")
-    await orders.poller.wait_for_success()
     loaded_at = value(await metrics(service), ON_TIME)
     raw = RawRecords()
     logging.getLogger().addHandler(raw)
@@ -213,28 +212,16 @@ async def test_a_bad_file_keeps_the_running_configuration_and_the_gauge_says_so(
     assert "web.telemetry_path" in failures[1]
 
 
-@pytest.fixture
-def password_cluster(fresh_cluster: Cluster) -> tuple[Cluster, str, str]:
-    """A cluster with a queue database and a SELECT-only role whose password can change."""
-    password = "pw-" + uuid.uuid4().hex
-    fresh_cluster.create_database("queue")
-    asyncio.run(prepare_database(fresh_cluster.dsn("queue")))
-    fresh_cluster.create_role("watcher", password)
-    fresh_cluster.psql("GRANT SELECT ON job TO watcher", dbname="queue")
-    return fresh_cluster, fresh_cluster.dsn("queue", user="watcher"), password
-
-
 async def test_a_rotated_password_file_reconnects_without_losing_counts_or_leaking_it(
-    password_cluster: tuple[Cluster, str, str], tmp_path: Path, started: Callable[[Path], Any]
+    secret_cluster: tuple[Cluster, str, str], tmp_path: Path, started: Callable[..., Any]
 ) -> None:
-    cluster, dsn, old_password = password_cluster
+    cluster, _, old_password = secret_cluster
+    dsn = cluster.dsn("queue", user="watcher")  # the password comes from the file
     admin = cluster.dsn("queue")
     secret = tmp_path / "password"
     secret.write_text(old_password + "\n")
-    path = tmp_path / "config.yml"
     queue = entry("orders")
     queue["database"] = {"dsn": dsn, "password_file": str(secret)}
-    write(path, queue)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     rendered = io.StringIO()
@@ -242,12 +229,11 @@ async def test_a_rotated_password_file_reconnects_without_losing_counts_or_leaki
     raw = RawRecords()
     root.addHandler(raw)
     try:
-        service: Service = await started(path)
+        service: Service = await started(queue)
         orders = service.queue("orders")
-        await orders.poller.wait_for_success()
         await execute(admin, "INSERT INTO job (job_type) VALUES (2), (2)")
-        key = ("jobqueue_jobs_enqueued_total", (("job_type", "2"), ("queue", "orders")))
-        await scrape_until(service, lambda s: s.get(key) == 2)
+        count = enqueued("orders", "2")
+        await scrape_until(service, lambda s: count(s) == 2)
 
         new_password = "pw-" + uuid.uuid4().hex
         cluster.psql("ALTER ROLE watcher PASSWORD :'password'", password=new_password)
@@ -255,7 +241,7 @@ async def test_a_rotated_password_file_reconnects_without_losing_counts_or_leaki
         assert (await request(service, "POST", "/-/reload"))[0] == 200
         assert service.queue("orders") is orders
         await execute(admin, "INSERT INTO job (job_type) VALUES (2)")
-        samples = await scrape_until(service, lambda s: s.get(key) == 3)
+        samples = await scrape_until(service, lambda s: count(s) == 3)
         assert value(samples, "jobqueue_up", queue="orders") == 1
         logging.getLogger("exporter.test").info("the new one is %s", new_password)
     finally:
@@ -270,18 +256,15 @@ def basic(user: str, password: str) -> str:
 
 
 async def test_the_reload_endpoint_needs_lifecycle_post_or_put_and_credentials(
-    db_dsn: str, tmp_path: Path, started: Callable[[Path], Any]
+    db_dsn: str, path: Path, started: Callable[..., Any]
 ) -> None:
-    web_config = tmp_path / "web.yml"
+    web_config = path.parent / "web.yml"
     hashed = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(rounds=4)).decode()
     web_config.write_text(f"basic_auth_users:\n  admin: {hashed}\n")
-    path = tmp_path / "config.yml"
-    write(
-        path,
+    service: Service = await started(
         entry("orders", db_dsn),
         web={"enable_lifecycle": False, "config_file": str(web_config)},
     )
-    service: Service = await started(path)
     good = {"Authorization": basic("admin", "s3cret")}
     assert (await request(service, "POST", "/-/reload"))[0] == 401
     assert await request(service, "POST", "/-/reload", headers=good) == (

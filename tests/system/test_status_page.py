@@ -13,7 +13,6 @@ import shutil
 import struct
 from collections.abc import Sequence
 from dataclasses import replace
-from html.parser import HTMLParser
 from pathlib import Path
 
 import asyncpg
@@ -25,35 +24,12 @@ from exporter.demo.queue import JobQueue
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from tests.helpers import fast_queue
+from tests.pages import RenderedPage
 
 CHROMIUM = "chromium"
 WIDTH, HEIGHT = 1360, 420
 # Nothing listens on port 1: the second queue is down from the start.
 DOWN_DSN = "postgresql://watcher@127.0.0.1:1/billing"
-
-
-class Rows(HTMLParser):
-    """The text of each queue's row of the rendered DOM."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.rows: dict[str, list[str]] = {}
-        self._row: str | None = None
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        row = dict(attrs).get("id") or ""
-        if tag == "tr" and row.startswith("queue-"):
-            self._row = row.removeprefix("queue-")
-            self.rows[self._row] = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "tr":
-            self._row = None
-
-    def handle_data(self, data: str) -> None:
-        if self._row is not None and data.strip():
-            self.rows[self._row].append(data.strip())
 
 
 async def chromium(url: str, profile: Path, *args: str) -> bytes:
@@ -125,7 +101,7 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
     finally:
         await service.stop()
 
-    rows = Rows(dom.decode()).rows
+    rows = RenderedPage(dom.decode()).rows
     assert set(rows) == {"orders", "billing"}
     assert rows["orders"][:3] == ["orders", "up", "leader"]
     assert rows["billing"][:2] == ["billing", "down"]

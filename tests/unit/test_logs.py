@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,13 +21,7 @@ LOGFMT_LINE = re.compile(
 )
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def log_lines(fmt: str, level: str = "info", secrets: tuple[str, ...] = (PASSWORD,)) -> io.StringIO:

@@ -3,47 +3,16 @@
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 from exporter import __version__
 from exporter.model import ConfigStatus, Health
 from exporter.vocabulary import DOCS_URL
 from exporter.web.status import QueueStatus, StatusPage, status_page
+from tests.pages import RenderedPage
 from tests.unit.factories import view
 
 NOW = 1_800_000_000.0
 DASH = "\u2013"  # what &ndash; becomes once parsed
-
-
-class Page(HTMLParser):
-    """The page's text per table row, its links and every tag seen."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.rows: dict[str, list[str]] = {}
-        self.links: list[str] = []
-        self.tags: set[str] = set()
-        self.attrs: list[tuple[str, str | None]] = []
-        self._row: str | None = None
-        self.feed(text)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.add(tag)
-        self.attrs.extend(attrs)
-        found = dict(attrs)
-        if tag == "a":
-            self.links.append(found["href"] or "")
-        if tag == "tr" and (found.get("id") or "").startswith("queue-"):
-            self._row = (found["id"] or "").removeprefix("queue-")
-            self.rows[self._row] = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "tr":
-            self._row = None
-
-    def handle_data(self, data: str) -> None:
-        if self._row is not None and data.strip():
-            self.rows[self._row].append(data.strip())
 
 
 def page(*queues: QueueStatus, config: ConfigStatus | None = None, path: str = "/metrics") -> str:
@@ -69,7 +38,7 @@ def down(name: str = "mails") -> QueueStatus:
 
 
 def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> None:
-    parsed = Page(page(healthy(), down()))
+    parsed = RenderedPage(page(healthy(), down()))
     orders, mails = parsed.rows["orders"], parsed.rows["mails"]
     assert orders[:4] == ["orders", "up", "leader", "12 s ago"]
     assert "none" in orders  # no error
@@ -86,20 +55,20 @@ def test_header_shows_version_uptime_readiness_and_links() -> None:
     text = page(healthy(), down(), path="/custom")
     assert f"jobqueue-exporter <small>{__version__}</small>" in text
     assert "up 1 h · 1 of 2 queues ready" in text
-    assert Page(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
+    assert RenderedPage(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
     assert "configuration loaded" in text
     assert "reload failed" not in text
 
 
 def test_a_reason_other_than_the_last_error_is_named() -> None:
     status = QueueStatus(down().view, "no successful collection yet", None, None)
-    assert Page(page(status)).rows["mails"][2] == "not ready: no successful collection yet"
+    assert RenderedPage(page(status)).rows["mails"][2] == "not ready: no successful collection yet"
 
 
 def test_a_standby_says_so() -> None:
     status = healthy()
     standby = QueueStatus(view(leader=False, snapshot=None, tallies=None), None, None, None)
-    assert Page(page(status, standby)).rows["orders"][2] == "standby"
+    assert RenderedPage(page(status, standby)).rows["orders"][2] == "standby"
 
 
 def test_a_failed_reload_is_a_banner_naming_the_error() -> None:
@@ -121,13 +90,21 @@ def test_every_value_is_escaped() -> None:
     status = QueueStatus(status.view, hostile, hostile, NOW)
     text = page(status, path='/m"><script>')
     assert "<script" not in text
-    parsed = Page(text)
+    parsed = RenderedPage(text)
     assert hostile in parsed.rows
     assert parsed.links[0] == '/m"><script>'
 
 
+def test_a_password_in_an_error_message_is_masked() -> None:
+    status = down()
+    leaky = "cannot connect to postgresql://app:hunter2@db/queue"
+    text = page(QueueStatus(status.view, leaky, leaky, NOW))
+    assert "hunter2" not in text
+    assert "postgresql://app:***@db/queue" in text
+
+
 def test_the_page_is_self_contained() -> None:
-    parsed = Page(page(healthy(), down()))
+    parsed = RenderedPage(page(healthy(), down()))
     assert not parsed.tags & {"script", "link", "img", "iframe", "object"}
     assert not [value for name, value in parsed.attrs if name == "src"]
     assert [link for link in parsed.links if "://" in link] == [DOCS_URL]
