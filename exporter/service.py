@@ -277,7 +277,9 @@ class Service:
         """Re-read the configuration and apply it whole; None, or why the old one still runs."""
         async with self._reloading:
             if self._load is None:
-                return "this exporter was started without a configuration to re-read"
+                why = "this exporter was started without a configuration to re-read"
+                log.warning("reload ignored", extra={"fields": {"reason": why}})
+                return why
             try:
                 settings = await asyncio.to_thread(self._load)
                 plan = plan_reload(self.settings, settings)
