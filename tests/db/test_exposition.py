@@ -6,6 +6,7 @@ import subprocess
 
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.metrics import exposed_metric_names, render
+from exporter.model import ConfigStatus
 from tests.conftest import execute
 from tests.helpers import fast_settings, make_poller, parse, value, wait_for_completions
 
@@ -31,7 +32,8 @@ async def test_exposition_of_a_live_queue_passes_promtool_check_metrics(db_dsn: 
         await wait_for_completions(fleet, 30)
         await fleet.pause()
         assert await poller.collect_once()
-        text = render([poller.view()])
+        # With the configuration's gauges, as the service renders it.
+        text = render([poller.view()], config=ConfigStatus(last_success_at=1.8e9))
     finally:
         await fleet.stop()
         await poller.database.close()
