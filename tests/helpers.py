@@ -17,7 +17,7 @@ from exporter.db import Database
 from exporter.demo.fleet import Fleet
 from exporter.metrics import render
 from exporter.poller import Poller
-from exporter.service import connect_options
+from exporter.runtime import connect_options
 from exporter.settings import (
     CollectSettings,
     DatabaseSettings,

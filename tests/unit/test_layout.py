@@ -33,10 +33,11 @@ LAYERS = {
     "poller": 4,
     "election": 3,
     "web": 3,
-    "service": 5,
-    "demo": 6,
-    "cli": 7,
-    "__main__": 8,
+    "runtime": 5,
+    "service": 6,
+    "demo": 7,
+    "cli": 8,
+    "__main__": 9,
 }
 
 # Which exporter modules may import which third-party libraries.
