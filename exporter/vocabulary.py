@@ -57,6 +57,12 @@ DEAD_INDEX = "job_exporter_dead_idx"
 REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 INDEX_FILE = "exporter/sql/indexes.sql"
 
+# What a queue's table looks like (the queue.profile setting): the default schema of
+# ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
+DEFAULT_PROFILE = "default"
+PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss")
+PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
+
 # The project's documentation, linked from the status page.
 DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/docs"
 

@@ -60,6 +60,8 @@ def queue_change(old: QueueSettings, new: QueueSettings) -> Change:
     if old == new:
         return Change.SAME
     a, b = old.database, new.database
+    if old.profile != new.profile:
+        return Change.REPLACE  # other tables, another reader: nothing counted carries over
     if (a.dsn and dsn_without_password(a.dsn)) != (b.dsn and dsn_without_password(b.dsn)):
         return Change.REPLACE
     if a.table != b.table:

@@ -14,6 +14,7 @@ from exporter.settings.alerting import AlertSettings
 from exporter.settings.kinds import Kind, parse_listen_address
 from exporter.settings.secrets import dsn_password, redact_dsn
 from exporter.settings.spec import setting
+from exporter.vocabulary import DEFAULT_PROFILE, PROFILES
 
 DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
 DSN_FALLBACK_ENV = "DATABASE_URL"
@@ -203,11 +204,16 @@ class CollectSettings:
 
 @dataclass(frozen=True)
 class QueueOptions:
-    """The ``queue:`` section: what the queue is called."""
+    """The ``queue:`` section: what the queue is called and whose tables it reads."""
 
     name: str | None = setting(
         Kind.NAME, None, "Value of the queue label (null: the database name from the DSN).",
         optional=True,
+    )  # fmt: skip
+    profile: str = setting(
+        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (the job table of "
+        "database.table) or a library preset (docs/presets.md), which reads the library's own "
+        "tables and ignores database.table.", choices=PROFILES,
     )  # fmt: skip
 
 
@@ -218,6 +224,7 @@ class QueueSettings:
     name: str
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     collect: CollectSettings = field(default_factory=CollectSettings)
+    profile: str = DEFAULT_PROFILE
 
 
 @dataclass(frozen=True)

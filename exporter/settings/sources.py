@@ -34,10 +34,13 @@ from exporter.settings.secrets import (
 )
 from exporter.settings.spec import Setting, specs_of
 from exporter.settings.yamlfile import ConfigError, Document, read_document
+from exporter.vocabulary import DEFAULT_PROFILE
 
 CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
 QUEUES_KEY = "queues"
 DEFAULT_QUEUE_NAME = "default"
+# The queue section's settings, written as plain keys of a queues: entry (name: x, profile: y).
+ENTRY_KEYS = ("name", "profile")
 
 
 def _all_settings() -> dict[str, Setting]:
@@ -193,6 +196,7 @@ def _queue(
     database: DatabaseSettings = _section(DatabaseSettings, "database", values)
     collect: CollectSettings = _section(CollectSettings, "collect", values)
     name = values.get("queue.name")
+    profile = values.get("queue.profile", DEFAULT_PROFILE)
     before = len(errors)
     if database.password_file is not None:
         try:
@@ -220,7 +224,8 @@ def _queue(
         name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
     if len(errors) > before:
         return None
-    return QueueSettings(name=name, database=database, collect=collect)
+    assert isinstance(profile, str)
+    return QueueSettings(name=name, database=database, collect=collect, profile=profile)
 
 
 def _queue_entries(
@@ -249,16 +254,16 @@ def _queue_entries(
             continue
         raw: dict[str, tuple[object, bool, str]] = {}
         for key, value in entry.items():
-            if key == "name":
-                raw["queue.name"] = (value, False, document.where(f"{prefix}name"))
+            if key in ENTRY_KEYS:
+                raw[f"queue.{key}"] = (value, False, document.where(f"{prefix}{key}"))
             elif key not in ("database", "collect"):
                 errors.append(
-                    f"{prefix}{key}: unknown key (an entry has name, database and collect)"
+                    f"{prefix}{key}: unknown key (an entry has name, profile, database and collect)"
                     + document.where(f"{prefix}{key}")
                 )
         section_values = _section_values(
             document,
-            {k: v for k, v in entry.items() if k != "name"},
+            {k: v for k, v in entry.items() if k not in ENTRY_KEYS},
             prefix,
             ("database", "collect"),
             errors,

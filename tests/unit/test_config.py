@@ -771,3 +771,41 @@ def test_password_file_name_with_a_nul_byte_is_a_config_error() -> None:
     # Found by the property test below: open() raises ValueError, not OSError, for it.
     with pytest.raises(ConfigError, match=r"database\.password_file"):
         load_settings(None, {"JOBQUEUE_EXPORTER_DATABASE_PASSWORD_FILE": "a\x00b"}, {})
+
+
+# --- queue.profile --------------------------------------------------------------------------
+
+
+def test_each_queue_entry_names_its_profile_and_the_default_is_the_job_table(
+    tmp_path: Path,
+) -> None:
+    loaded = load_text(
+        tmp_path,
+        "queues:\n"
+        "  - name: own\n    database: {dsn: 'postgresql://x@h/a'}\n"
+        "  - name: tasks\n    profile: procrastinate\n    database: {dsn: 'postgresql://x@h/b'}\n"
+        "  - name: boss\n    profile: pgboss\n    database: {dsn: 'postgresql://x@h/c'}\n",
+    )
+    assert [(q.name, q.profile) for q in loaded.queues] == [
+        ("own", "default"), ("tasks", "procrastinate"), ("boss", "pgboss"),
+    ]  # fmt: skip
+
+
+def test_an_unknown_profile_is_an_error_naming_the_entry_and_the_field(tmp_path: Path) -> None:
+    error = config_error(
+        tmp_path,
+        "queues:\n  - name: a\n    database: {dsn: 'postgresql://x@h/a'}\n"
+        "  - name: b\n    profile: celery\n    database: {dsn: 'postgresql://x@h/b'}\n",
+    )
+    assert "queues[1].queue.profile: expected one of default, procrastinate, pgqueuer, " in error
+    assert "got 'celery'" in error
+
+
+def test_the_profile_flag_and_environment_set_the_single_queue_profile() -> None:
+    dsn = {"JOBQUEUE_EXPORTER_DSN": "postgresql://x@h/db"}
+    by_flag = load_settings(None, dsn, {"--queue.profile": "pgqueuer"})
+    assert by_flag.queues[0].profile == "pgqueuer"
+    by_env = load_settings(None, {**dsn, "JOBQUEUE_EXPORTER_QUEUE_PROFILE": "pgboss"}, {})
+    assert by_env.queues[0].profile == "pgboss"
+    with pytest.raises(ConfigError, match=r"queue\.profile: expected one of"):
+        load_settings(None, dsn, {"--queue.profile": "sidekiq"})
