@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from exporter.vocabulary import FAILURE_REASONS, STUCK_REASONS, Status
 from exporter.vocabulary import OTHER as OTHER_LABEL
-from exporter.vocabulary import Status
 
 PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
 _K = TypeVar("_K")
@@ -270,6 +270,21 @@ class Health:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """Which of a queue's series its profile can fill; the default schema fills every one.
+
+    A figure a profile cannot tell is not exported at all for that queue, rather than exported
+    as a zero that pretends to know. ``withheld`` names fields of ActiveStats and Tallies (and
+    ``tracked``) whose series are left out.
+    """
+
+    statuses: tuple[Status, ...] = (PENDING, RUNNING, DEAD)
+    stuck_reasons: tuple[str, ...] = STUCK_REASONS
+    failure_reasons: tuple[str, ...] = FAILURE_REASONS
+    withheld: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
 class QueueView:
     """A consistent copy of one queue's part of /metrics, taken between two collections."""
 
@@ -284,6 +299,7 @@ class QueueView:
     up: bool
     collection_timeout: float
     tracked: int
+    coverage: Coverage = Coverage()
 
 
 @dataclass(frozen=True)

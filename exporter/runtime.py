@@ -16,7 +16,7 @@ from exporter.db import ConnectOptions, Database, LockSession
 from exporter.election import Election
 from exporter.logs import log_fields
 from exporter.model import Health, QueueView
-from exporter.poller import Poller
+from exporter.preset_poller import make_poller, watched_table
 from exporter.settings import Change, QueueSettings
 from exporter.web.status import QueueStatus
 
@@ -33,7 +33,9 @@ def connect_options(queue: QueueSettings) -> ConnectOptions:
         raise ValueError(f"queue {queue.name}: database.dsn is not set")
     return ConnectOptions(
         dsn=db.dsn,
-        table=db.table,
+        # A preset's main table: the election's lock is keyed by its OID, so exporters watching
+        # the same library's tables elect one collector, as for the default job table.
+        table=watched_table(queue),
         max_connections=db.max_connections,
         connect_timeout=db.connect_timeout,
         statement_timeout=collect.statement_timeout,
@@ -56,7 +58,7 @@ class QueueRuntime:
     def __init__(self, settings: QueueSettings, on_change: Callable[[], None]) -> None:
         self.settings = settings
         self.database = Database(_pool_options(settings))
-        self.poller = Poller(settings, self.database)
+        self.poller = make_poller(settings, self.database)
         self.poller.listeners.append(on_change)
         self._on_change = on_change
         self.election: Election | None = None

@@ -23,7 +23,6 @@ from exporter.model import ActiveStats, ConfigStatus, Histogram, QueueView
 from exporter.vocabulary import (
     COLLECTION_ERROR_REASONS,
     COST_COMPONENTS,
-    FAILURE_REASONS,
     LEASE_EXPIRED,
     MALFORMED_FIELDS,
     OVERRUN,
@@ -99,12 +98,19 @@ def _snapshot_families(view: QueueView) -> Iterator[Metric]:
     for job_type, n in (snapshot.done or {}).items():
         label = label_of[job_type]
         done[label] = done.get(label, 0) + n
-    statuses = [Status.PENDING, Status.RUNNING, Status.DEAD]
+    # A profile's coverage leaves out what it cannot tell (docs/presets.md); the default
+    # schema's covers everything.
+    coverage = view.coverage
+    statuses = list(coverage.statuses)
     if snapshot.done is not None:
         statuses.append(Status.DONE)
     jobs = _gauge("jobqueue_jobs")
     stuck = _gauge("jobqueue_stuck_jobs")
-    per_type = [(_gauge(name), figure) for name, figure in _PER_TYPE_GAUGES]
+    per_type = [
+        (_gauge(name), figure)
+        for name, field, figure in _PER_TYPE_GAUGES
+        if field not in coverage.withheld
+    ]
     # Every label seen so far is exported, with zeros, so a status that empties reads 0
     # rather than vanishing (alerts and rate() need the series to exist).
     for label in view.labels:
@@ -117,8 +123,12 @@ def _snapshot_families(view: QueueView) -> Iterator[Metric]:
         }
         for status in statuses:
             jobs.add_metric([q, label, status.label], counts[status])
-        stuck.add_metric([q, label, LEASE_EXPIRED], sum(s.stuck_lease_expired for s in group))
-        stuck.add_metric([q, label, OVERRUN], sum(s.stuck_overrun for s in group))
+        stuck_counts = {
+            LEASE_EXPIRED: sum(s.stuck_lease_expired for s in group),
+            OVERRUN: sum(s.stuck_overrun for s in group),
+        }
+        for reason in coverage.stuck_reasons:
+            stuck.add_metric([q, label, reason], stuck_counts[reason])
         for family, figure in per_type:
             family.add_metric([q, label], figure(group))
     yield from (jobs, stuck, *(family for family, _ in per_type))
@@ -128,13 +138,18 @@ def _largest(field: str) -> Callable[[list[ActiveStats]], float]:
     return lambda group: max((getattr(s, field) for s in group), default=0.0)
 
 
-# The snapshot's other per-job-type gauges: how each sums up the job type's active rows.
-_PER_TYPE_GAUGES: tuple[tuple[str, Callable[[list[ActiveStats]], float]], ...] = (
-    ("jobqueue_jobs_scheduled", lambda group: sum(s.scheduled for s in group)),
-    ("jobqueue_oldest_pending_age_seconds", _largest("oldest_pending_age")),
-    ("jobqueue_oldest_ready_wait_seconds", _largest("oldest_ready_wait")),
-    ("jobqueue_lease_expired_oldest_seconds", _largest("lease_expired_oldest")),
-    ("jobqueue_running_oldest_seconds", _largest("running_oldest")),
+# The snapshot's other per-job-type gauges: the ActiveStats field each comes from (what a
+# profile's coverage withholds) and how it sums up the job type's active rows.
+_PER_TYPE_GAUGES: tuple[tuple[str, str, Callable[[list[ActiveStats]], float]], ...] = (
+    ("jobqueue_jobs_scheduled", "scheduled", lambda group: sum(s.scheduled for s in group)),
+    ("jobqueue_oldest_pending_age_seconds", "oldest_pending_age", _largest("oldest_pending_age")),
+    ("jobqueue_oldest_ready_wait_seconds", "oldest_ready_wait", _largest("oldest_ready_wait")),
+    (
+        "jobqueue_lease_expired_oldest_seconds",
+        "lease_expired_oldest",
+        _largest("lease_expired_oldest"),
+    ),
+    ("jobqueue_running_oldest_seconds", "running_oldest", _largest("running_oldest")),
 )
 
 
@@ -142,43 +157,52 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
     tallies = view.tallies
     assert tallies is not None
     q = view.queue
-    for name, by_label in (
-        ("jobqueue_jobs_enqueued", tallies.enqueued),
-        ("jobqueue_jobs_completed", tallies.completed),
-        ("jobqueue_jobs_requeued", tallies.requeued),
+    withheld = view.coverage.withheld
+    for name, field, by_label in (
+        ("jobqueue_jobs_enqueued", "enqueued", tallies.enqueued),
+        ("jobqueue_jobs_completed", "completed", tallies.completed),
+        ("jobqueue_jobs_requeued", "requeued", tallies.requeued),
     ):
+        if field in withheld:
+            continue
         family = _counter(name)
         for label in view.labels:
             family.add_metric([q, label], by_label[label])
         yield family
-    for name, by_reason in (
-        ("jobqueue_job_failures", tallies.failures),
-        ("jobqueue_jobs_dead", tallies.dead),
+    for name, field, by_reason in (
+        ("jobqueue_job_failures", "failures", tallies.failures),
+        ("jobqueue_jobs_dead", "dead", tallies.dead),
     ):
+        if field in withheld:
+            continue
         family = _counter(name)
         for label in view.labels:
-            for reason in FAILURE_REASONS:
+            for reason in view.coverage.failure_reasons:
                 family.add_metric([q, label, reason], by_reason[(label, reason)])
         yield family
-    cost = _counter("jobqueue_cost_usd")
-    for label in view.labels:
-        for component in COST_COMPONENTS:
-            cost.add_metric([q, label, component], tallies.cost.get((label, component), 0.0))
-    yield cost
-    for name, table, bounds in (
-        ("jobqueue_job_duration_seconds", tallies.duration, tallies.duration_bounds),
-        ("jobqueue_job_wait_seconds", tallies.wait, tallies.wait_bounds),
-        ("jobqueue_job_latency_seconds", tallies.latency, tallies.latency_bounds),
+    if "cost" not in withheld:
+        cost = _counter("jobqueue_cost_usd")
+        for label in view.labels:
+            for component in COST_COMPONENTS:
+                cost.add_metric([q, label, component], tallies.cost.get((label, component), 0.0))
+        yield cost
+    for name, field, table, bounds in (
+        ("jobqueue_job_duration_seconds", "duration", tallies.duration, tallies.duration_bounds),
+        ("jobqueue_job_wait_seconds", "wait", tallies.wait, tallies.wait_bounds),
+        ("jobqueue_job_latency_seconds", "latency", tallies.latency, tallies.latency_bounds),
     ):
+        if field in withheld:
+            continue
         histograms = _histogram(name)
         for label in view.labels:
             histogram = table.get(label) or Histogram(bounds)
             histograms.add_metric([q, label], list(histogram.cumulative()), histogram.total)
         yield histograms
-    malformed = _counter("jobqueue_exporter_malformed_rows")
-    for field_name in MALFORMED_FIELDS:
-        malformed.add_metric([q, field_name], tallies.malformed[field_name])
-    yield malformed
+    if "malformed" not in withheld:
+        malformed = _counter("jobqueue_exporter_malformed_rows")
+        for field_name in MALFORMED_FIELDS:
+            malformed.add_metric([q, field_name], tallies.malformed[field_name])
+        yield malformed
 
 
 def _health_families(view: QueueView) -> Iterator[Metric]:
@@ -210,12 +234,14 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
     missing = _gauge("jobqueue_exporter_missing_index")
     for index, flag in sorted(health.missing_indexes.items()):
         missing.add_metric([q, index], flag)
-    tracked = _gauge("jobqueue_exporter_tracked_jobs")
-    tracked.add_metric([q], view.tracked)
     folded = _gauge("jobqueue_exporter_job_types_folded")
     folded.add_metric([q], view.folded)
     yield from (last, collections, errors, skipped, duration, timeout, queries, missing)
-    yield from (tracked, folded)
+    if "tracked" not in view.coverage.withheld:
+        tracked = _gauge("jobqueue_exporter_tracked_jobs")
+        tracked.add_metric([q], view.tracked)
+        yield tracked
+    yield folded
 
 
 def build_registry(

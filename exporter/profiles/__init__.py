@@ -45,6 +45,9 @@ class Preset:
     capabilities: dict[str, Exactness]
     retention: RetentionHint
     index_file: str | None  # under exporter/profiles/sql/, to run once with psql
+    # The library's main table: it must exist, and its OID keys the leader election's lock.
+    table: str
+    required_indexes: tuple[str, ...] = ()  # the ones index_file creates
 
     def index_sql(self) -> str | None:
         """The CREATE INDEX CONCURRENTLY statements this preset needs, if any."""
@@ -74,10 +77,11 @@ PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
         Preset("procrastinate", "procrastinate", ">=3.10,<3.11", _procrastinate,
-               procrastinate.CAPABILITIES, procrastinate.RETENTION, None),
+               procrastinate.CAPABILITIES, procrastinate.RETENTION, None, "procrastinate_jobs"),
         Preset("pgqueuer", "pgqueuer", ">=1.6,<1.7", _pgqueuer,
-               pgqueuer.CAPABILITIES, pgqueuer.RETENTION, "pgqueuer_indexes.sql"),
+               pgqueuer.CAPABILITIES, pgqueuer.RETENTION, "pgqueuer_indexes.sql", "pgqueuer",
+               ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
-               pgboss.CAPABILITIES, pgboss.RETENTION, None),
+               pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
     )
 }  # fmt: skip

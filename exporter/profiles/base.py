@@ -27,7 +27,14 @@ WAIT_BOUNDS = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
 
 
 class PresetError(Exception):
-    """A preset cannot count exactly with what the database shows it (privileges, schema)."""
+    """A preset cannot count exactly with what the database shows it (privileges, schema).
+
+    ``reason`` is the collection-error reason the exporter reports it under.
+    """
+
+    def __init__(self, message: str, reason: str = "schema") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -55,7 +62,11 @@ class Gauges:
 
 @dataclass
 class Tallies:
-    """Counters and histograms since the reader's baseline, keyed by job type."""
+    """Counters and histograms since the reader's baseline, keyed by job type.
+
+    The bounds default to the ones the preset tests were written with; the exporter passes the
+    queue's configured buckets, so a preset queue's histograms have the same le values as any.
+    """
 
     enqueued: Counter[str] = field(default_factory=Counter)
     completed: Counter[str] = field(default_factory=Counter)
@@ -66,15 +77,18 @@ class Tallies:
     duration: dict[str, Histogram] = field(default_factory=dict)
     wait: dict[str, Histogram] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
+    duration_bounds: tuple[float, ...] = DURATION_BOUNDS
+    wait_bounds: tuple[float, ...] = WAIT_BOUNDS
+    latency_bounds: tuple[float, ...] = WAIT_BOUNDS
 
     def observe(
         self, job_type: str, duration: float | None, wait: float | None, latency: float | None
     ) -> None:
         """Record one completed job in whichever histograms the preset can fill exactly."""
         for table, bounds, value in (
-            (self.duration, DURATION_BOUNDS, duration),
-            (self.wait, WAIT_BOUNDS, wait),
-            (self.latency, WAIT_BOUNDS, latency),
+            (self.duration, self.duration_bounds, duration),
+            (self.wait, self.wait_bounds, wait),
+            (self.latency, self.latency_bounds, latency),
         ):
             if value is not None:
                 found = table.get(job_type)

@@ -50,7 +50,8 @@ class Horizon:
         if int(row["hidden"]):
             raise PresetError(
                 f"{row['hidden']} sessions of this database are hidden in pg_stat_activity: "
-                "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role"
+                "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role",
+                reason="permission",
             )
         cache = row.get("id_cache")
         if cache is not None and int(cache) > 1:

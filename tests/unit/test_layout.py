@@ -31,6 +31,7 @@ LAYERS = {
     "logs": 2,
     "rules": 2,
     "poller": 4,
+    "preset_poller": 4.5,  # a Poller subclass, chosen by runtime
     "election": 3,
     "web": 3,
     "runtime": 5,

@@ -1,8 +1,9 @@
 """The database side: the SQL, the asyncpg pool, read-only transactions and timeouts.
 
-Only this module imports asyncpg. Its errors are translated here into ``DatabaseError`` with a
-short reason (timeout, lock, connection, query, schema, permission), so callers never see
-asyncpg's exception tree and no message carries the DSN.
+Only this package imports asyncpg (``presets`` runs a preset reader's cycle). Its errors are
+translated here into ``DatabaseError`` with a short reason (timeout, lock, connection, query,
+schema, permission), so callers never see asyncpg's exception tree and no message carries the
+DSN.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -170,8 +172,8 @@ class Database:
         )
         return Reading(snapshot, changed, active, existing, durations)
 
-    async def missing_indexes(self) -> list[str]:
-        """Names of the required indexes that do not exist; raises if the table is missing."""
+    async def missing_indexes(self, required: Sequence[str] = REQUIRED_INDEXES) -> list[str]:
+        """Names of the ``required`` indexes that do not exist; raises if the table is missing."""
         pool = await self._get_pool()
         try:
             async with pool.acquire() as conn:
@@ -181,7 +183,7 @@ class Database:
         if not row["table_exists"]:
             raise DatabaseError("schema", f"table {self.options.table} does not exist")
         names = set(row["names"])
-        return [name for name in REQUIRED_INDEXES if name not in names]
+        return [name for name in required if name not in names]
 
     async def connections(self) -> int:
         """Connections the pool holds now (for tests and the footprint benchmark)."""

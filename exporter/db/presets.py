@@ -1,0 +1,92 @@
+"""One collection of a preset queue: the horizon in autocommit, then one read-only snapshot.
+
+A preset's reader (exporter/profiles) does no I/O: it hands out named statements and takes
+their rows back. This runs them as docs/presets.md ("Interface") requires, on the queue's pool,
+whose sessions carry the statement and lock timeouts and are read-only by default.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, Protocol
+
+import asyncpg
+
+from exporter.db import Database, DatabaseError, translate
+
+
+class Statement(Protocol):
+    """One named statement and its positional arguments (a preset reader's Query)."""
+
+    @property
+    def name(self) -> str:
+        """The key its rows are returned under."""
+        ...
+
+    @property
+    def sql(self) -> str:
+        """The statement."""
+        ...
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The values of $1, $2, ..."""
+        ...
+
+
+async def read_cycle(
+    database: Database, horizon: Statement, plan: Callable[[Any], Sequence[Statement]]
+) -> tuple[dict[str, list[Any]], dict[str, float]]:
+    """Run ``horizon`` in autocommit, then the statements ``plan`` makes of its row, in order,
+    in one REPEATABLE READ, READ ONLY transaction; the rows by name, and each one's wall time.
+
+    The horizon must run before the snapshot is taken, outside the transaction (the proof of
+    exactness rests on it). What ``plan`` raises (a PresetError) passes through as it is; the
+    database's errors become DatabaseError.
+    """
+    durations: dict[str, float] = {}
+    results: dict[str, list[Any]] = {}
+    async with _session(database) as conn:
+
+        async def timed(statement: Statement) -> list[Any]:
+            started = time.perf_counter()
+            try:
+                rows: list[Any] = await conn.fetch(statement.sql, *statement.args)
+            except Exception as exc:
+                raise translate(exc) from None
+            durations[statement.name] = time.perf_counter() - started
+            return rows
+
+        row = (await timed(horizon))[0]
+        statements = plan(row)
+        try:
+            async with conn.transaction(isolation="repeatable_read", readonly=True):
+                for statement in statements:
+                    results[statement.name] = await timed(statement)
+        except DatabaseError:
+            raise
+        except Exception as exc:
+            raise translate(exc) from None
+    return results, durations
+
+
+@contextlib.asynccontextmanager
+async def _session(database: Database) -> AsyncIterator[Any]:
+    """A pooled connection; one left by an error or a cancellation is never reused."""
+    pool = await database._get_pool()  # the queue's pool: this package owns it
+    try:
+        conn = await pool.acquire()
+    except Exception as exc:
+        raise translate(exc) from None
+    healthy = False
+    try:
+        yield conn
+        healthy = True
+    finally:
+        if not healthy:
+            # A cancelled query may leave the socket mid-protocol; the server may be gone.
+            with contextlib.suppress(asyncpg.InterfaceError):
+                conn.terminate()
+        await pool.release(conn)

@@ -1,0 +1,204 @@
+"""A preset's reading in the exporter's model: bounded labels and reasons, counted once, and no
+series for what the preset cannot tell. Pure: no database, no library."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.metrics import render
+from exporter.model import Histogram, QueueView
+from exporter.model import Tallies as ModelTallies
+from exporter.profiles import PRESETS
+from exporter.profiles.base import Gauges, Reading, Tallies
+from exporter.profiles.mapping import (
+    NEVER_FILLED,
+    Carried,
+    PresetJobTypes,
+    carry,
+    coverage_of,
+    failure_reason,
+    snapshot_of,
+)
+from exporter.profiles.pgqueuer import HEARTBEAT_REASON
+from exporter.vocabulary import ERROR, FAILURE_REASONS, LEASE_EXPIRED, PRESET_PROFILES, Status
+from tests.unit.factories import view
+
+BOUNDS = (1.0, 10.0)
+
+
+def model_tallies() -> ModelTallies:
+    return ModelTallies(BOUNDS, BOUNDS, BOUNDS)
+
+
+def reader_tallies() -> Tallies:
+    return Tallies(duration_bounds=BOUNDS, wait_bounds=BOUNDS, latency_bounds=BOUNDS)
+
+
+def test_the_profile_names_in_the_vocabulary_are_the_registered_presets() -> None:
+    assert set(PRESET_PROFILES) == set(PRESETS)
+
+
+def test_coverage_follows_each_presets_capabilities() -> None:
+    pgqueuer = coverage_of(PRESETS["pgqueuer"].capabilities)
+    assert pgqueuer.statuses == (Status.PENDING, Status.RUNNING, Status.DEAD)  # held -> dead
+    assert pgqueuer.failure_reasons == (LEASE_EXPIRED, ERROR)
+    assert pgqueuer.stuck_reasons == (LEASE_EXPIRED,)
+    assert pgqueuer.withheld == NEVER_FILLED | {"wait"}
+    for name in ("procrastinate", "pgboss"):
+        coverage = coverage_of(PRESETS[name].capabilities)
+        assert coverage.statuses == (Status.PENDING, Status.RUNNING), name  # held not exported
+        assert coverage.failure_reasons == (ERROR,), name  # no reason is stored
+        assert coverage.withheld == NEVER_FILLED, name
+
+
+def test_exception_types_fold_into_error_and_a_heartbeat_repick_is_a_lost_lease() -> None:
+    assert failure_reason("ValueError") == ERROR
+    assert failure_reason("some.module.VeryCustomError") == ERROR
+    assert failure_reason("unknown") == ERROR
+    assert failure_reason(HEARTBEAT_REASON) == LEASE_EXPIRED
+    assert {failure_reason(r) for r in ("a", "b", HEARTBEAT_REASON)} <= set(FAILURE_REASONS)
+
+
+def test_counts_carry_over_once_across_cycles() -> None:
+    labels = PresetJobTypes(10)
+    target, carried, now = model_tallies(), Carried(), reader_tallies()
+    now.enqueued["email"] = 3
+    now.completed["email"] = 1
+    now.observe("email", duration=2.0, wait=0.5, latency=20.0)
+    carry(target, carried, now, labels)
+    carry(target, carried, now, labels)  # nothing new: nothing added
+    now.enqueued["email"] += 2
+    now.observe("email", duration=0.5, wait=None, latency=5.0)
+    now.completed["email"] += 1
+    carry(target, carried, now, labels)
+    assert target.enqueued == {"email": 5}
+    assert target.completed == {"email": 2}
+    assert target.duration["email"].count == 2
+    assert target.duration["email"].counts == [1, 1]
+    assert target.duration["email"].total == 2.5
+    assert target.wait["email"].count == 1
+    assert target.latency["email"].count == 2
+
+
+def test_requeued_counts_only_requeues_by_hand() -> None:
+    labels = PresetJobTypes(10)
+    target, carried, now = model_tallies(), Carried(), reader_tallies()
+    # Two automatic retries (a failure each, requeued), one permanent failure ...
+    now.failures[("job", "ValueError")] = 3
+    now.requeued["job"] = 2
+    now.dead[("job", "ValueError")] = 1
+    carry(target, carried, now, labels)
+    assert target.requeued["job"] == 0
+    assert target.failures[("job", ERROR)] == 3
+    assert target.dead[("job", ERROR)] == 1
+    # ... then an operator puts the dead job back.
+    now.requeued["job"] += 1
+    carry(target, carried, now, labels)
+    assert target.requeued["job"] == 1
+
+
+def test_job_types_beyond_the_cap_fold_into_other_and_reasons_stay_bounded() -> None:
+    labels = PresetJobTypes(2)
+    target, carried, now = model_tallies(), Carried(), reader_tallies()
+    for name in ("a", "b", "c", "d"):
+        now.enqueued[name] = 1
+        now.failures[(name, f"{name.upper()}Error")] = 1
+        now.dead[(name, f"{name.upper()}Error")] = 1
+    carry(target, carried, now, labels)
+    assert target.enqueued == {"a": 1, "b": 1, "other": 2}
+    assert target.failures == {("a", ERROR): 1, ("b", ERROR): 1, ("other", ERROR): 2}
+    assert labels.labels == ["a", "b", "other"]
+    assert len(labels.folded) == 2
+    # A reload's rename keeps the names: collect.job_types numbers the default schema's types.
+    assert labels.rename({1: "renamed"}, 5) == {}
+    assert labels.label_of_name("a") == "a"
+
+
+def test_gauges_map_onto_active_stats_and_held_onto_dead_only_when_told() -> None:
+    labels = PresetJobTypes(10)
+    reading = Reading(
+        taken_at=100.0,
+        gauges={"email": Gauges(pending=4, running=2, scheduled=1, oldest_pending_age=9.0,
+                                oldest_ready_wait=3.0, running_oldest=7.0, stuck=1, held=2)},
+        counting=True,
+    )  # fmt: skip
+    told = snapshot_of(reading, labels, coverage_of(PRESETS["pgqueuer"].capabilities))
+    number = labels.number("email")
+    stats = told.active[number]
+    assert (stats.pending, stats.running, stats.scheduled) == (4, 2, 1)
+    assert (stats.stuck_lease_expired, stats.stuck_overrun) == (1, 0)
+    assert (stats.oldest_pending_age, stats.oldest_ready_wait, stats.running_oldest) == (9, 3, 7)
+    assert told.dead == {number: 2}
+    assert told.taken_at == 100.0
+    untold = snapshot_of(reading, labels, coverage_of(PRESETS["pgboss"].capabilities))
+    assert untold.dead is None
+
+
+def _rendered(*views: QueueView) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
+    text = render(views, process_metrics=False).decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _preset_view(name: str) -> QueueView:
+    labels = PresetJobTypes(10)
+    coverage = coverage_of(PRESETS[name].capabilities)
+    reading = Reading(100.0, {"email": Gauges(pending=1, held=1)}, counting=True)
+    snapshot = snapshot_of(reading, labels, coverage)
+    return replace(
+        view(name, snapshot=snapshot, label_of={labels.number("email"): "email"}),
+        labels=tuple(labels.labels),
+        tallies=model_tallies(),
+        coverage=coverage,
+    )
+
+
+def test_a_preset_queue_exports_no_series_for_what_it_cannot_tell() -> None:
+    found = _rendered(view("own"), _preset_view("pgqueuer"), _preset_view("procrastinate"))
+
+    def names(queue: str) -> set[str]:
+        return {name for name, labels in found if ("queue", queue) in labels}
+
+    def label_values(queue: str, metric: str, label: str) -> set[str]:
+        return {
+            dict(labels)[label]
+            for name, labels in found
+            if name == metric and ("queue", queue) in labels
+        }
+
+    own, pgqueuer, procrastinate = names("own"), names("pgqueuer"), names("procrastinate")
+    for never in (
+        "jobqueue_cost_usd_total",
+        "jobqueue_lease_expired_oldest_seconds",
+        "jobqueue_exporter_malformed_rows_total",
+        "jobqueue_exporter_tracked_jobs",
+    ):
+        assert never in own
+        assert never not in pgqueuer
+        assert never not in procrastinate
+    assert "jobqueue_job_wait_seconds_count" not in pgqueuer  # execute_after is not logged
+    assert "jobqueue_job_wait_seconds_count" in procrastinate
+    assert label_values("own", "jobqueue_job_failures_total", "reason") == set(FAILURE_REASONS)
+    assert label_values("pgqueuer", "jobqueue_job_failures_total", "reason") == {
+        LEASE_EXPIRED, ERROR
+    }  # fmt: skip
+    assert label_values("procrastinate", "jobqueue_jobs_dead_total", "reason") == {ERROR}
+    assert label_values("pgqueuer", "jobqueue_stuck_jobs", "reason") == {LEASE_EXPIRED}
+    assert label_values("pgqueuer", "jobqueue_jobs", "status") == {"pending", "running", "dead"}
+    assert label_values("procrastinate", "jobqueue_jobs", "status") == {"pending", "running"}
+    # Zero-filled where the preset can tell: the known job type, every covered status.
+    assert ("jobqueue_jobs", (("job_type", "email"), ("queue", "pgqueuer"),
+                              ("status", "running"))) in found  # fmt: skip
+
+
+def test_histograms_from_the_reader_keep_the_configured_bounds() -> None:
+    labels = PresetJobTypes(10)
+    target, carried, now = model_tallies(), Carried(), reader_tallies()
+    now.observe("email", duration=50.0, wait=None, latency=None)
+    carry(target, carried, now, labels)
+    assert target.duration["email"] == Histogram(BOUNDS, [0, 0], 50.0, 1)
