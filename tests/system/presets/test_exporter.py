@@ -1,0 +1,206 @@
+"""One exporter process watches the default queue and two presets, each in its own database.
+
+Real libraries, real workers: the procrastinate and pgqueuer workloads of the ground-truth
+tests run while the exporter service (the one `jobqueue-exporter run` starts) collects all
+three queues. Every counter on /metrics must equal what the library's own tables say, mapped
+the documented way (profiles/mapping.py); then stopping the pgqueuer database's server must
+take down only that queue's jobqueue_up.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from exporter.demo.cluster import Cluster
+from exporter.model import Tallies as ModelTallies
+from exporter.preset_poller import PresetPoller
+from exporter.profiles.base import Tallies
+from exporter.profiles.mapping import Carried, PresetJobTypes, carry
+from exporter.service import Service
+from exporter.settings import Settings, WebSettings
+from tests.conftest import PgServer, execute
+from tests.helpers import fast_queue, get, parse, wait_until
+from tests.system.presets.processes import require
+
+pytestmark = pytest.mark.slow
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+DEFAULT_JOBS = 5
+
+
+@pytest.fixture
+async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
+    """A database of its own with procrastinate's schema, installed by procrastinate."""
+    require("procrastinate")
+    from tests.system.presets.procrastinate_harness import install
+
+    name = f"jqe_preset_{uuid.uuid4().hex[:12]}"
+    await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
+    try:
+        install(pg_cluster.dsn(name))
+        yield pg_cluster.dsn(name)
+    finally:
+        await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pgqueuer_db(fresh_cluster: Cluster) -> str:
+    """pgqueuer's schema in a server of its own, so the test can stop that server alone."""
+    require("pgqueuer")
+    from tests.system.presets.pgqueuer_harness import install
+
+    fresh_cluster.create_database("pgq")
+    install(fresh_cluster.dsn("pgq"))
+    fresh_cluster.psql(
+        "CREATE INDEX pgqueuer_exporter_held_idx ON pgqueuer (entrypoint) WHERE status = 'failed'",
+        dbname="pgq",
+    )
+    return fresh_cluster.dsn("pgq")
+
+
+def expected(counters: dict[str, dict[Any, int]]) -> ModelTallies:
+    """The library's ground truth as the exporter must show it (docs/presets.md mapping)."""
+    truth = Tallies(
+        enqueued=Counter(counters.get("enqueued", {})),
+        completed=Counter(counters.get("completed", {})),
+        failures=Counter(counters.get("failures", {})),
+        dead=Counter(counters.get("dead", {})),
+        requeued=Counter(counters.get("requeued", {})),
+    )
+    out = ModelTallies((1.0,), (1.0,), (1.0,))
+    carry(out, Carried(), truth, PresetJobTypes(50))
+    return out
+
+
+def exported(samples: Samples, queue: str, metric: str, *keys: str) -> dict[Any, float]:
+    """Non-zero samples of one metric of one queue, keyed by the given labels."""
+    out: dict[Any, float] = {}
+    for (name, labels), value in samples.items():
+        found = dict(labels)
+        if name == metric and found.get("queue") == queue and value:
+            key = tuple(found[k] for k in keys)
+            out[key[0] if len(key) == 1 else key] = value
+    return out
+
+
+def counters_of(samples: Samples, queue: str) -> dict[str, dict[Any, float]]:
+    """The queue's counters on /metrics, as the model's Tallies would hold them."""
+    return {
+        "enqueued": exported(samples, queue, "jobqueue_jobs_enqueued_total", "job_type"),
+        "completed": exported(samples, queue, "jobqueue_jobs_completed_total", "job_type"),
+        "requeued": exported(samples, queue, "jobqueue_jobs_requeued_total", "job_type"),
+        "failures": exported(samples, queue, "jobqueue_job_failures_total", "job_type", "reason"),
+        "dead": exported(samples, queue, "jobqueue_jobs_dead_total", "job_type", "reason"),
+    }
+
+
+def counters_wanted(tallies: ModelTallies) -> dict[str, dict[Any, float]]:
+    """The same shape, from the expected Tallies."""
+    out = {
+        name: {key: float(n) for key, n in getattr(tallies, name).items() if n}
+        for name in ("enqueued", "completed", "requeued", "failures", "dead")
+    }
+    return {name: values for name, values in out.items() if values}
+
+
+async def pgq_and_tasks_collected(service: Service) -> None:
+    """Wait for one more collection of each preset queue (what a scrape could change)."""
+    for name in ("tasks", "pgq"):
+        poller = service.queue(name).poller
+        await poller.wait_for_collections(poller.generation + 1, limit=30)
+
+
+async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
+    db_dsn: str, procrastinate_db: str, pgqueuer_db: str, fresh_cluster: Cluster
+) -> None:
+    from tests.system.presets.pgqueuer_harness import run_workload as run_pgqueuer
+    from tests.system.presets.procrastinate_harness import run_workload as run_procrastinate
+
+    queues = (
+        fast_queue(db_dsn, name="own", interval=0.3),
+        replace(fast_queue(procrastinate_db, name="tasks", interval=0.3), profile="procrastinate"),
+        replace(fast_queue(pgqueuer_db, name="pgq", interval=0.3), profile="pgqueuer"),
+    )
+    service = Service(Settings(queues=queues, web=WebSettings(listen_address=("127.0.0.1:0",))))
+    await service.start()
+
+    async def scrape() -> Samples:
+        status, body, _ = await get(service.port, "/metrics")
+        assert status == 200
+        return parse(body)
+
+    try:
+        pollers = [service.queue(name).poller for name in ("tasks", "pgq")]
+        presets = [p for p in pollers if isinstance(p, PresetPoller)]
+        assert len(presets) == 2, "profile: selects the preset's collection loop"
+        # Counting starts at each queue's baseline: the workloads begin after it.
+        await wait_until(
+            lambda: all(getattr(p.reader, "counting", False) for p in presets),
+            within=60,
+            what="both preset readers counting",
+        )
+        own = service.queue("own").poller
+        await wait_until(lambda: own.tracker.started and own.health.up, within=60)
+        for _ in range(DEFAULT_JOBS):
+            await execute(db_dsn, "INSERT INTO job (job_type) VALUES (7)")
+
+        truths = {
+            "tasks": (await run_procrastinate(procrastinate_db)).counters,
+            "pgq": (await run_pgqueuer(pgqueuer_db)).counters,
+        }
+        wanted = {name: counters_wanted(expected(counters)) for name, counters in truths.items()}
+        wanted["own"] = {"enqueued": {"7": float(DEFAULT_JOBS)}}
+
+        last: dict[str, dict[str, dict[Any, float]]] = {}
+
+        async def agree() -> bool:
+            samples = await scrape()
+            for name in wanted:
+                got = counters_of(samples, name)
+                last[name] = {k: v for k, v in got.items() if v}
+            return all(last[name] == wanted[name] for name in wanted)
+
+        deadline = time.monotonic() + 60
+        while not await agree():
+            assert time.monotonic() < deadline, f"counters on /metrics {last} != truth {wanted}"
+            await pgq_and_tasks_collected(service)
+        samples = await scrape()
+        # Not vacuous: each library recorded failures, deaths and retries.
+        assert wanted["tasks"]["dead"]
+        assert wanted["pgq"]["dead"]
+        assert ("slow", "lease_expired") in wanted["pgq"]["failures"]  # the SIGKILLed worker
+        pending = ("jobqueue_jobs", (("job_type", "7"), ("queue", "own"), ("status", "pending")))
+        assert samples[pending] == DEFAULT_JOBS
+        # What a preset cannot tell is absent, not zero: pgqueuer has no wait, procrastinate
+        # no held (dead status) gauge.
+        names = {(name, dict(labels).get("queue")) for name, labels in samples}
+        assert ("jobqueue_job_wait_seconds_count", "pgq") not in names
+        assert ("jobqueue_job_wait_seconds_count", "tasks") in names
+        statuses = {dict(labels).get("status") for name, labels in samples
+                    if name == "jobqueue_jobs" and ("queue", "tasks") in labels}  # fmt: skip
+        assert statuses == {"pending", "running"}
+        for name in ("own", "tasks", "pgq"):
+            assert samples[("jobqueue_up", (("queue", name),))] == 1
+
+        # Stopping pgqueuer's server takes down its queue only.
+        pgq = service.queue("pgq")
+        fresh_cluster.stop("fast")
+        await wait_until(lambda: not pgq.poller.health.up, within=60, what="pgq down")
+        for name in ("own", "tasks"):
+            await service.queue(name).poller.wait_for_success(limit=30)
+        samples = await scrape()
+        assert samples[("jobqueue_up", (("queue", "pgq"),))] == 0
+        assert samples[("jobqueue_up", (("queue", "own"),))] == 1
+        assert samples[("jobqueue_up", (("queue", "tasks"),))] == 1
+        # The counters already shown for the stopped queue stay; the others' are unchanged.
+        tasks = {k: v for k, v in counters_of(samples, "tasks").items() if v}
+        assert tasks == wanted["tasks"]
+    finally:
+        await service.stop()
