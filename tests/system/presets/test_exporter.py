@@ -16,16 +16,20 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any
 
+import asyncpg
 import pytest
 
+from exporter.db import Database
 from exporter.demo.cluster import Cluster
+from exporter.metrics import render
 from exporter.model import Tallies as ModelTallies
 from exporter.preset_poller import PresetPoller
 from exporter.profiles.base import Tallies
 from exporter.profiles.mapping import Carried, PresetJobTypes, carry
+from exporter.runtime import connect_options
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
-from tests.conftest import PgServer, execute
+from tests.conftest import PgServer, dsn_with_database, execute
 from tests.helpers import fast_queue, get, parse, wait_until
 from tests.system.presets.processes import require
 
@@ -204,3 +208,38 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         assert tasks == wanted["tasks"]
     finally:
         await service.stop()
+
+
+async def test_a_preset_that_cannot_count_marks_its_queue_down_and_recovers(
+    pg_cluster: PgServer, procrastinate_db: str
+) -> None:
+    role = f"blind_{uuid.uuid4().hex[:8]}"
+    admin = pg_cluster.admin_dsn
+    await execute(admin, f"CREATE ROLE {role} LOGIN PASSWORD 'pw'")
+    dbname = procrastinate_db.rsplit("/", 1)[1]
+    await execute(procrastinate_db, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    blind_dsn = dsn_with_database(admin.replace("postgres@", f"{role}:pw@", 1), dbname)
+    other = await asyncpg.connect(procrastinate_db)  # a session the role cannot see
+    settings = replace(fast_queue(blind_dsn, name="tasks"), profile="procrastinate")
+    poller = PresetPoller(settings, Database(connect_options(settings)))
+    try:
+        assert not await poller.collect_once()
+        assert poller.health.errors == {"permission": 1}
+        assert "pg_read_all_stats" in (poller.health.last_error or "")
+        text = render([poller.view()], process_metrics=False).decode()
+        samples = parse(text)
+        assert samples[("jobqueue_up", (("queue", "tasks"),))] == 0
+        errors = (
+            "jobqueue_exporter_collection_errors_total",
+            (("queue", "tasks"), ("reason", "permission")),
+        )
+        assert samples[errors] == 1
+        # Granted the role, the next collections succeed and count from a new baseline.
+        await execute(admin, f"GRANT pg_read_all_stats TO {role}")
+        assert await poller.collect_once()
+        assert poller.view().up
+    finally:
+        await poller.database.close()
+        await other.close()
+        await execute(procrastinate_db, f"DROP OWNED BY {role}")
+        await execute(admin, f"DROP ROLE {role}")
