@@ -809,3 +809,10 @@ def test_the_profile_flag_and_environment_set_the_single_queue_profile() -> None
     assert by_env.queues[0].profile == "pgboss"
     with pytest.raises(ConfigError, match=r"queue\.profile: expected one of"):
         load_settings(None, dsn, {"--queue.profile": "sidekiq"})
+
+
+def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
+    guide = (DOCS.parent / "presets.md").read_text(encoding="utf-8")
+    example = guide.split("```yaml\n", 1)[1].split("```", 1)[0]
+    loaded = load_text(tmp_path, example)
+    assert [q.profile for q in loaded.queues] == ["default", "procrastinate", "pgqueuer", "pgboss"]
