@@ -1,10 +1,10 @@
-"""One exporter process watches the default queue and two presets, each in its own database.
+"""One exporter process watches the default queue and three presets, each in its own database.
 
-Real libraries, real workers: the procrastinate and pgqueuer workloads of the ground-truth
-tests run while the exporter service (the one `jobqueue-exporter run` starts) collects all
-three queues. Every counter on /metrics must equal what the library's own tables say, mapped
-the documented way (profiles/mapping.py); then stopping the pgqueuer database's server must
-take down only that queue's jobqueue_up.
+Real libraries, real workers: the procrastinate, pgqueuer and pg-boss workloads of the
+ground-truth tests run while the exporter service (the one `jobqueue-exporter run` starts)
+collects all four queues. Every counter on /metrics must equal what the library's own tables
+say, mapped the documented way (profiles/mapping.py); then stopping the pgqueuer database's
+server must take down only that queue's jobqueue_up.
 """
 
 from __future__ import annotations
@@ -44,6 +44,21 @@ async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
     """A database of its own with procrastinate's schema, installed by procrastinate."""
     require("procrastinate")
     from tests.system.presets.procrastinate_harness import install
+
+    name = f"jqe_preset_{uuid.uuid4().hex[:12]}"
+    await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
+    try:
+        install(pg_cluster.dsn(name))
+        yield pg_cluster.dsn(name)
+    finally:
+        await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def pgboss_db(pg_cluster: PgServer) -> AsyncIterator[str]:
+    """A database of its own with pg-boss's schema, installed by pg-boss (Node)."""
+    require("pg-boss")
+    from tests.system.presets.pgboss_harness import install
 
     name = f"jqe_preset_{uuid.uuid4().hex[:12]}"
     await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
@@ -114,16 +129,20 @@ def counters_wanted(tallies: ModelTallies) -> dict[str, dict[Any, float]]:
     return {name: values for name, values in out.items() if values}
 
 
-async def pgq_and_tasks_collected(service: Service) -> None:
+PRESET_QUEUES = ("tasks", "pgq", "boss")
+
+
+async def presets_collected(service: Service) -> None:
     """Wait for one more collection of each preset queue (what a scrape could change)."""
-    for name in ("tasks", "pgq"):
+    for name in PRESET_QUEUES:
         poller = service.queue(name).poller
         await poller.wait_for_collections(poller.generation + 1, limit=30)
 
 
-async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
-    db_dsn: str, procrastinate_db: str, pgqueuer_db: str, fresh_cluster: Cluster
+async def test_one_exporter_counts_three_presets_and_the_default_queue_exactly(
+    db_dsn: str, procrastinate_db: str, pgqueuer_db: str, pgboss_db: str, fresh_cluster: Cluster
 ) -> None:
+    from tests.system.presets.pgboss_harness import run_workload as run_pgboss
     from tests.system.presets.pgqueuer_harness import run_workload as run_pgqueuer
     from tests.system.presets.procrastinate_harness import run_workload as run_procrastinate
 
@@ -131,6 +150,7 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         fast_queue(db_dsn, name="own", interval=0.3),
         replace(fast_queue(procrastinate_db, name="tasks", interval=0.3), profile="procrastinate"),
         replace(fast_queue(pgqueuer_db, name="pgq", interval=0.3), profile="pgqueuer"),
+        replace(fast_queue(pgboss_db, name="boss", interval=0.3), profile="pgboss"),
     )
     service = Service(Settings(queues=queues, web=WebSettings(listen_address=("127.0.0.1:0",))))
     await service.start()
@@ -141,14 +161,14 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         return parse(body)
 
     try:
-        pollers = [service.queue(name).poller for name in ("tasks", "pgq")]
+        pollers = [service.queue(name).poller for name in PRESET_QUEUES]
         presets = [p for p in pollers if isinstance(p, PresetPoller)]
-        assert len(presets) == 2, "profile: selects the preset's collection loop"
+        assert len(presets) == 3, "profile: selects the preset's collection loop"
         # Counting starts at each queue's baseline: the workloads begin after it.
         await wait_until(
             lambda: all(getattr(p.reader, "counting", False) for p in presets),
             within=60,
-            what="both preset readers counting",
+            what="every preset reader counting",
         )
         own = service.queue("own").poller
         await wait_until(lambda: own.tracker.started and own.health.up, within=60)
@@ -158,6 +178,7 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         truths = {
             "tasks": (await run_procrastinate(procrastinate_db)).counters,
             "pgq": (await run_pgqueuer(pgqueuer_db)).counters,
+            "boss": (await run_pgboss(pgboss_db)).counters,
         }
         wanted = {name: counters_wanted(expected(counters)) for name, counters in truths.items()}
         wanted["own"] = {"enqueued": {"7": float(DEFAULT_JOBS)}}
@@ -174,7 +195,7 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         deadline = time.monotonic() + 60
         while not await agree():
             assert time.monotonic() < deadline, f"counters on /metrics {last} != truth {wanted}"
-            await pgq_and_tasks_collected(service)
+            await presets_collected(service)
         samples = await scrape()
         # Not vacuous: each library recorded failures, deaths and retries.
         assert wanted["tasks"]["dead"]
@@ -190,19 +211,19 @@ async def test_one_exporter_counts_two_presets_and_the_default_queue_exactly(
         statuses = {dict(labels).get("status") for name, labels in samples
                     if name == "jobqueue_jobs" and ("queue", "tasks") in labels}  # fmt: skip
         assert statuses == {"pending", "running"}
-        for name in ("own", "tasks", "pgq"):
+        for name in ("own", *PRESET_QUEUES):
             assert samples[("jobqueue_up", (("queue", name),))] == 1
 
         # Stopping pgqueuer's server takes down its queue only.
         pgq = service.queue("pgq")
         fresh_cluster.stop("fast")
         await wait_until(lambda: not pgq.poller.health.up, within=60, what="pgq down")
-        for name in ("own", "tasks"):
+        for name in ("own", "tasks", "boss"):
             await service.queue(name).poller.wait_for_success(limit=30)
         samples = await scrape()
         assert samples[("jobqueue_up", (("queue", "pgq"),))] == 0
-        assert samples[("jobqueue_up", (("queue", "own"),))] == 1
-        assert samples[("jobqueue_up", (("queue", "tasks"),))] == 1
+        for name in ("own", "tasks", "boss"):
+            assert samples[("jobqueue_up", (("queue", name),))] == 1
         # The counters already shown for the stopped queue stay; the others' are unchanged.
         tasks = {k: v for k, v in counters_of(samples, "tasks").items() if v}
         assert tasks == wanted["tasks"]
