@@ -10,6 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.metrics import render
 from exporter.model import Histogram, QueueView
 from exporter.model import Tallies as ModelTallies
+from exporter.poller import Poller
+from exporter.preset_poller import PresetPoller
 from exporter.profiles import PRESETS
 from exporter.profiles.base import Gauges, Reading, Tallies
 from exporter.profiles.mapping import (
@@ -22,6 +24,9 @@ from exporter.profiles.mapping import (
     snapshot_of,
 )
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
+from exporter.runtime import QueueRuntime
+from exporter.settings import QueueSettings
+from exporter.settings.schema import DatabaseSettings
 from exporter.vocabulary import ERROR, FAILURE_REASONS, LEASE_EXPIRED, PRESET_PROFILES, Status
 from tests.unit.factories import view
 
@@ -202,3 +207,17 @@ def test_histograms_from_the_reader_keep_the_configured_bounds() -> None:
     now.observe("email", duration=50.0, wait=None, latency=None)
     carry(target, carried, now, labels)
     assert target.duration["email"] == Histogram(BOUNDS, [0, 0], 50.0, 1)
+
+
+def test_the_profile_chooses_the_collection_loop_and_the_election_table() -> None:
+    own = QueueSettings(name="own", database=DatabaseSettings(dsn="postgresql://u@h/a"))
+    boss = replace(own, name="boss", profile="pgboss")
+    mine, theirs = QueueRuntime(own, lambda: None), QueueRuntime(boss, lambda: None)
+    assert type(mine.poller) is Poller
+    assert isinstance(theirs.poller, PresetPoller)
+    # The advisory lock is keyed by the watched table's OID: the library's main table.
+    assert mine.election is not None
+    assert theirs.election is not None
+    assert mine.election.lock.options.table == "job"
+    assert theirs.election.lock.options.table == "pgboss.job"
+    assert theirs.database.options.table == "pgboss.job"

@@ -43,6 +43,7 @@ def settings(*queues: QueueSettings, **web: object) -> Settings:
         (queue(commit_lag_tolerance=10.0), Change.REPLACE),
         (queue(duration_buckets=(1.0, 2.0)), Change.REPLACE),
         (queue(deadline_error_prefix="Timeout"), Change.REPLACE),
+        (replace(queue(), profile="pgqueuer"), Change.REPLACE),
     ],
     ids=lambda v: v.name if isinstance(v, Change) else "",
 )
