@@ -65,8 +65,8 @@ class PresetPoller(Poller):
 
     def _new_reader(self) -> PresetReader:
         collect = self.settings.collect
-        # stuck_after None: the library's own default heartbeat / stalled-worker timeout.
-        reader = self.preset.make_reader(None)
+        # None: the library's own default heartbeat / stalled-worker timeout.
+        reader = self.preset.make_reader(collect.heartbeat_timeout)
         # The queue's configured buckets, so the histograms merge into the queue's Tallies.
         reader.tallies = Tallies(
             duration_bounds=collect.duration_buckets,

@@ -8,9 +8,9 @@ its counters then survive a reload. How much of it must be rebuilt depends on wh
   staleness, done counting, job type names and the label cap);
 - reconnect: how the exporter connects (password, pool size, connect, statement and lock
   timeouts): a new pool, the counters kept;
-- replace: the settings the counting itself depends on (commit-lag tolerance, error markers,
-  result paths, histogram buckets): a new collection loop, its counters restart from zero, as
-  they would for this queue after a restart.
+- replace: the settings the counting itself depends on (commit-lag tolerance, a preset's
+  heartbeat timeout, error markers, result paths, histogram buckets): a new collection loop,
+  its counters restart from zero, as they would for this queue after a restart.
 """
 
 from __future__ import annotations

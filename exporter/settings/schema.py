@@ -138,6 +138,12 @@ class CollectSettings:
         Kind.DURATION, 600.0, "A job running this long with a valid lease counts as stuck.",
         check=positive,
     )  # fmt: skip
+    heartbeat_timeout: float | None = setting(
+        Kind.DURATION, None, "Preset queues: a running job whose worker's (procrastinate) or "
+        "own (pgqueuer) heartbeat is older than this counts as stuck; match the library's "
+        "setting (null: its default, 30s). pg-boss keeps each job's own; the job table ignores it.",
+        optional=True, check=positive_or_null,
+    )  # fmt: skip
     commit_lag_tolerance: float = setting(
         Kind.DURATION, 30.0, "How long a transaction may stay open and still have its changes "
         "counted when the exporter cannot see other sessions in pg_stat_activity (grant "

@@ -221,3 +221,11 @@ def test_the_profile_chooses_the_collection_loop_and_the_election_table() -> Non
     assert mine.election.lock.options.table == "job"
     assert theirs.election.lock.options.table == "pgboss.job"
     assert theirs.database.options.table == "pgboss.job"
+
+
+def test_the_heartbeat_timeout_reaches_the_reader_and_defaults_to_the_librarys() -> None:
+    base = QueueSettings(name="q", database=DatabaseSettings(dsn="postgresql://u@h/a"))
+    tuned = replace(base, profile="pgqueuer", collect=replace(base.collect, heartbeat_timeout=5.0))
+    default = replace(base, profile="procrastinate")
+    assert QueueRuntime(tuned, lambda: None).poller.reader.stuck_after == 5.0
+    assert QueueRuntime(default, lambda: None).poller.reader.stuck_after == 30.0
