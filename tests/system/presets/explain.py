@@ -97,6 +97,7 @@ class Measurement:
     big_tables: tuple[str, ...]
     cycle_ms: list[float] = field(default_factory=list)
     rows_read: list[int] = field(default_factory=list)
+    exporter_ms: list[float] = field(default_factory=list)  # the exporter's own collections
     plans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def seq_scans(self) -> list[str]:
@@ -115,6 +116,12 @@ class Measurement:
             f"{self.preset}: cycle median {statistics.median(self.cycle_ms):.1f} ms "
             f"(max {max(self.cycle_ms):.1f}), rows read median "
             f"{int(statistics.median(self.rows_read))} (max {max(self.rows_read)})"
+            + (
+                f"; exporter collection median {statistics.median(self.exporter_ms):.1f} ms "
+                f"(max {max(self.exporter_ms):.1f})"
+                if self.exporter_ms
+                else ""
+            )
         )
 
 
@@ -197,9 +204,40 @@ async def measure(
             for statement in batch:
                 await conn.execute(statement)
             await explained_cycle(conn, reader, measurement)
+        measurement.exporter_ms = await exporter_collections(conn, dsn, preset, batch, cycles)
         return measurement
     finally:
         await conn.close()
+
+
+async def exporter_collections(
+    conn: asyncpg.Connection, dsn: str, preset: str, batch: list[str], cycles: int
+) -> list[float]:
+    """Wall time (ms) of the exporter's own collections of the same queue: PresetPoller, its
+    pool, db/presets.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
+    from dataclasses import replace
+
+    from exporter.db import Database
+    from exporter.preset_poller import PresetPoller
+    from exporter.runtime import connect_options
+    from exporter.settings import QueueSettings
+    from exporter.settings.schema import DatabaseSettings
+
+    queue = QueueSettings(name=preset, database=DatabaseSettings(dsn=dsn), profile=preset)
+    queue = replace(queue, collect=replace(queue.collect, leader_election=False))
+    poller = PresetPoller(queue, Database(connect_options(queue)))
+    out: list[float] = []
+    try:
+        for _ in range(3):  # the baseline, the index check, the first counting cycle
+            assert await poller.collect_once(), poller.health.last_error
+        for _ in range(cycles):
+            for statement in batch:
+                await conn.execute(statement)
+            assert await poller.collect_once(), poller.health.last_error
+            out.append(poller.health.collection_duration * 1000)
+    finally:
+        await poller.database.close()
+    return out
 
 
 async def _main() -> None:
