@@ -97,12 +97,18 @@ class PresetPoller(Poller):
                 self.database, reader.horizon_query(), reader.queries
             )
             reading = reader.apply(results)
+        except DatabaseError:
+            # An outage or a timeout: the reader's cursor is intact, and once the database is
+            # back it counts what happened meanwhile.
+            raise
         except PresetError as exc:
-            # Counting exactly is impossible with what this role sees (or the reader's state
-            # is in doubt): the collection fails, visibly, and counting starts over once the
-            # cause is gone; what was counted stays.
+            # Counting exactly is impossible with what this role sees: the collection fails,
+            # visibly, and counting starts over once the cause is gone; what was counted stays.
             self.rebaseline()
             raise DatabaseError(exc.reason, f"{self.preset.name} preset: {exc}") from None
+        except Exception:
+            self.rebaseline()  # a reader that failed half-way cannot be trusted to go on
+            raise
         if reading.warnings != self._warnings:
             for warning in reading.warnings:
                 log.warning("preset reader", extra={"fields": {"warning": warning}})

@@ -225,8 +225,25 @@ async def test_one_exporter_counts_three_presets_and_the_default_queue_exactly(
         for name in ("own", "tasks", "boss"):
             assert samples[("jobqueue_up", (("queue", name),))] == 1
         # The counters already shown for the stopped queue stay; the others' are unchanged.
-        tasks = {k: v for k, v in counters_of(samples, "tasks").items() if v}
-        assert tasks == wanted["tasks"]
+        for name in PRESET_QUEUES:
+            assert {k: v for k, v in counters_of(samples, name).items() if v} == wanted[name]
+
+        # The server back: the queue is up again and its reader goes on from its cursor.
+        fresh_cluster.start()
+        await pgq.poller.wait_for_success(limit=60)
+        from pgqueuer import AsyncpgDriver, Queries
+
+        conn = await asyncpg.connect(pgqueuer_db)
+        try:
+            await Queries(AsyncpgDriver(conn)).enqueue("after_restart", None)
+        finally:
+            await conn.close()
+        wanted["pgq"]["enqueued"]["after_restart"] = 1.0
+        deadline = time.monotonic() + 60
+        while not await agree():
+            assert time.monotonic() < deadline, f"counters on /metrics {last} != truth {wanted}"
+            await presets_collected(service)
+        assert (await scrape())[("jobqueue_up", (("queue", "pgq"),))] == 1
     finally:
         await service.stop()
 
