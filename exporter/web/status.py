@@ -93,6 +93,12 @@ def _when(now: float, moment: float | None) -> str:
     return f'<span title="{_utc(moment)}">{_ago(now, moment)}</span>'
 
 
+_NOT_COUNTED = (
+    '<span class="muted" title="not counted (collect.done_count, or the queue\'s profile '
+    'cannot tell)">&ndash;</span>'
+)
+
+
 def _counts(view: QueueView) -> list[str]:
     """Pending, running, dead, done, stuck and the oldest pending age, or dashes when withdrawn."""
     snapshot = view.snapshot
@@ -112,7 +118,7 @@ def _counts(view: QueueView) -> list[str]:
         _duration(oldest) if oldest else "none",
     ]
     return [
-        '<span class="muted" title="not counted (collect.done_count)">&ndash;</span>'
+        _NOT_COUNTED
         if cell is None
         else html.escape(f"{cell:,}" if isinstance(cell, int) else cell)
         for cell in cells
@@ -135,6 +141,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         )
     else:
         error = '<span class="muted">none</span>'
+    tracked = _NOT_COUNTED if "tracked" in view.coverage.withheld else f"{view.tracked:,}"
     cells = [
         f"<td><b>{html.escape(view.queue)}</b></td>",
         f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
@@ -142,7 +149,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         f"<td>{_when(now, view.health.last_success_at)}</td>",
         f"<td>{error}</td>",
         f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
-        f'<td class="n">{view.tracked:,}</td>',
+        f'<td class="n">{tracked}</td>',
         *(f'<td class="n">{cell}</td>' for cell in _counts(view)),
     ]
     return f'<tr id="queue-{html.escape(view.queue)}">' + "".join(cells) + "</tr>"

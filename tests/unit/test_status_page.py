@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from exporter import __version__
 from exporter.model import ConfigStatus, Health
+from exporter.profiles import PRESETS
+from exporter.profiles.mapping import coverage_of
 from exporter.vocabulary import DOCS_URL
 from exporter.web.status import QueueStatus, StatusPage, status_page
 from tests.pages import RenderedPage
@@ -108,3 +111,11 @@ def test_the_page_is_self_contained() -> None:
     assert not parsed.tags & {"script", "link", "img", "iframe", "object"}
     assert not [value for name, value in parsed.attrs if name == "src"]
     assert [link for link in parsed.links if "://" in link] == [DOCS_URL]
+
+
+def test_a_preset_queue_shows_dashes_for_what_its_profile_cannot_tell() -> None:
+    coverage = coverage_of(PRESETS["procrastinate"].capabilities)
+    v = view("tasks", coverage=coverage, snapshot=replace(view().snapshot, dead=None))
+    parsed = RenderedPage(page(QueueStatus(v, None, None, None)))
+    # tracked jobs (no tracker), then pending, running, dead (held: not exported), done
+    assert parsed.rows["tasks"][6:10] == [DASH, "3", "1", DASH]
