@@ -62,6 +62,8 @@ INDEX_FILE = "exporter/sql/indexes.sql"
 DEFAULT_PROFILE = "default"
 PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss")
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
+# The library's own spelling is accepted too.
+PROFILE_ALIASES = (("pg-boss", "pgboss"),)
 
 # The project's documentation, linked from the status page.
 DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/docs"

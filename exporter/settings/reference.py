@@ -48,6 +48,8 @@ def _kind(setting: Setting) -> str:
     text = setting.kind.value
     if setting.spec.choices:
         text = "one of " + ", ".join(setting.spec.choices)
+        if setting.spec.aliases:
+            text += " (also " + ", ".join(f"{a} for {c}" for a, c in setting.spec.aliases) + ")"
     return text + (" or null" if setting.spec.optional else "")
 
 

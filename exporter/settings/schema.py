@@ -14,7 +14,7 @@ from exporter.settings.alerting import AlertSettings
 from exporter.settings.kinds import Kind, parse_listen_address
 from exporter.settings.secrets import dsn_password, redact_dsn
 from exporter.settings.spec import setting
-from exporter.vocabulary import DEFAULT_PROFILE, PROFILES
+from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES
 
 DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
 DSN_FALLBACK_ENV = "DATABASE_URL"
@@ -220,6 +220,7 @@ class QueueOptions:
         Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (the job table of "
         "database.table) or a library preset (docs/presets.md), which reads the library's own "
         "tables and ignores database.table.", choices=PROFILES,
+        aliases=PROFILE_ALIASES,
     )  # fmt: skip
 
 

@@ -82,7 +82,7 @@ def parse_value(setting: Setting, value: object, from_text: bool) -> object:
     parsed = PARSERS[spec.kind](value)
     if spec.choices:
         assert isinstance(parsed, str)
-        parsed = parsed.lower()
+        parsed = dict(spec.aliases).get(parsed.lower(), parsed.lower())
         if parsed not in spec.choices:
             raise ValueError(f"expected one of {', '.join(spec.choices)}, got {show(value)}")
     if spec.check is not None:

@@ -26,6 +26,8 @@ class Spec:
     help: str
     optional: bool = False  # None is a value (written null in YAML, empty in a flag)
     choices: tuple[str, ...] = ()
+    # Other spellings of a choice, as (alias, choice) pairs: what users type for a library's name.
+    aliases: tuple[tuple[str, str], ...] = ()
     check: Callable[[Any], None] | None = None  # raises ValueError beyond what the kind checks
     flag: str | None = None  # when the Go exporters spell it otherwise than the key
     env: str | None = None  # likewise for the environment variable

@@ -807,6 +807,9 @@ def test_the_profile_flag_and_environment_set_the_single_queue_profile() -> None
     assert by_flag.queues[0].profile == "pgqueuer"
     by_env = load_settings(None, {**dsn, "JOBQUEUE_EXPORTER_QUEUE_PROFILE": "pgboss"}, {})
     assert by_env.queues[0].profile == "pgboss"
+    # The library spells itself pg-boss, and so may the user.
+    by_name = load_settings(None, dsn, {"--queue.profile": "pg-boss"})
+    assert by_name.queues[0].profile == "pgboss"
     with pytest.raises(ConfigError, match=r"queue\.profile: expected one of"):
         load_settings(None, dsn, {"--queue.profile": "sidekiq"})
 
