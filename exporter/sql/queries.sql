@@ -72,3 +72,48 @@ SELECT job_id::text AS job_id FROM {table} WHERE job_id = ANY($1::uuid[]);
 SELECT to_regclass($1) IS NOT NULL AS table_exists,
        coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                       WHERE i.indrelid = to_regclass($1)), '{}') AS names;
+
+-- name: horizon
+-- Autocommit, before the cycle's snapshot (exporter/horizon.py has the argument): the start of
+-- the oldest transaction open in this database, how many sessions this role may not see
+-- (pg_read_all_stats shows them), and prepared transactions (gone from pg_stat_activity).
+-- Autovacuum never writes the queue's rows, and a long vacuum must not hold the counters back.
+SELECT a.now, a.lower_bound, a.hidden, p.prepared
+FROM (SELECT now() AS now,
+             least(now(), min(xact_start) FILTER (
+                 WHERE pid <> pg_backend_pid()
+                   AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS lower_bound,
+             count(*) FILTER (WHERE backend_type IS NULL) AS hidden
+      FROM pg_stat_activity
+      WHERE datname = current_database()
+      OFFSET 0) a
+CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
+                    WHERE database = current_database() AND a.hidden >= 0 OFFSET 0) p;
+
+-- name: changes_after
+-- The next chunk of changed rows past the cursor, in keyset order, below the cycle's bound;
+-- via job_exporter_updated_at_idx (an incremental sort orders ties on updated_at by job_id).
+-- $1, $2: the cursor (updated_at, job_id); $3: the bound (exclusive); $4: chunk size;
+-- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
+-- the whole document (as JSON text, NULL when missing or not a number).
+SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
+       updated_at AS updated_key,
+       CASE WHEN status = 3 THEN jsonb_typeof(result) END AS result_kind,
+       CASE WHEN status = 3 AND jsonb_typeof(result #> $5::text[]) = 'number'
+            THEN (result #> $5::text[])::text END AS duration_ms,
+       CASE WHEN status = 3 AND jsonb_typeof(result #> $6::text[]) = 'number'
+            THEN (result #> $6::text[])::text END AS ai_usd,
+       CASE WHEN status = 3 AND jsonb_typeof(result #> $7::text[]) = 'number'
+            THEN (result #> $7::text[])::text END AS proxy_usd,
+       CASE WHEN status = 3 AND jsonb_typeof(result #> $8::text[]) = 'number'
+            THEN (result #> $8::text[])::text END AS total_usd,
+       extract(epoch FROM run_after)::float8 AS run_after,
+       extract(epoch FROM run_started_at)::float8 AS run_started_at,
+       extract(epoch FROM created_at)::float8 AS created_at,
+       extract(epoch FROM updated_at)::float8 AS updated_at,
+       extract(epoch FROM run_started_at - run_after)::float8 AS wait_seconds,
+       extract(epoch FROM updated_at - created_at)::float8 AS latency_seconds
+FROM {table}
+WHERE updated_at >= $1 AND (updated_at, job_id) > ($1, $2::uuid) AND updated_at < $3
+ORDER BY updated_at, job_id
+LIMIT $4;

@@ -1,8 +1,8 @@
-"""The database side: the SQL, the asyncpg pool, read-only transactions and timeouts.
+"""The asyncpg pool: the SQL, one collection's read-only transaction, timeouts, translation.
 
-Only this module imports asyncpg. Its errors are translated here into ``DatabaseError`` with a
-short reason (timeout, lock, connection, query, schema, permission), so callers never see
-asyncpg's exception tree and no message carries the DSN.
+Errors are translated here into ``DatabaseError`` with a short reason (timeout, lock,
+connection, query, schema, permission), so callers never see asyncpg's exception tree and no
+message carries the DSN.
 """
 
 from __future__ import annotations
@@ -11,13 +11,15 @@ import asyncio
 import contextlib
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import asyncpg
 
-from exporter.model import ActiveStats, JobRow, Snapshot
+from exporter.horizon import ChangeFeed, Horizon
+from exporter.model import ActiveStats, Figures, JobRow, Snapshot
 from exporter.vocabulary import REQUIRED_INDEXES
 
 APPLICATION_NAME = "jobqueue-exporter"
@@ -112,11 +114,20 @@ class Database:
         count_dead: bool = True,
         baseline_window: float = 0.0,
         check_ids: list[str] | None = None,
+        feed: ChangeFeed | None = None,
+        consume: Callable[[list[JobRow]], None] | None = None,
+        budget: float = float("inf"),
+        paths: tuple[tuple[str, ...], ...] = (),
     ) -> Reading:
         """Run one collection's queries in a REPEATABLE READ, READ ONLY transaction.
 
-        ``since`` None means a baseline: every active row, and the rows changed in the last
-        ``baseline_window`` seconds.
+        Without ``feed``: ``since`` None means a baseline (every active row, and the rows
+        changed in the last ``baseline_window`` seconds), else the rows changed after ``since``.
+        With ``feed``: the horizon is read first, in autocommit; a feed that has not started
+        yet makes this a baseline (active rows only), else the changes past the cursor are
+        read in chunks of ``feed.max_rows``, each handed to ``consume`` at once, until the
+        bound is reached or ``budget`` seconds of reading are spent. ``paths``: where the
+        duration and the three costs are in ``result`` (pulled out in SQL).
         """
         pool = await self._get_pool()
         durations: dict[str, float] = {}
@@ -126,6 +137,13 @@ class Database:
             raise translate(exc) from None
         broken = False
         try:
+            baseline = since is None
+            if feed is not None:
+                baseline = not feed.started
+                # Autocommit, before the snapshot: see exporter/horizon.py for why.
+                started = time.perf_counter()
+                feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
+                durations["horizon"] = time.perf_counter() - started
             async with conn.transaction(isolation="repeatable_read", readonly=True):
 
                 async def timed(name: str, *args: object) -> list[Any]:
@@ -138,14 +156,21 @@ class Database:
                 active_rows = await timed("snapshot", stuck_threshold)
                 dead_rows = await timed("dead") if count_dead else None
                 done_rows = await timed("done") if done_count else None
-                if since is None:
-                    # The baseline also keeps the rows changed within the tolerance window
-                    # (jobs that just died among them), so a requeue of one is recognised.
+                changed: list[JobRow] = []
+                if baseline:
                     active = [_job_row(r) for r in await timed("active")]
-                    changed = [_job_row(r) for r in await timed("changes", now - baseline_window)]
+                    if feed is None:
+                        # The baseline also keeps the rows changed within the tolerance window
+                        # (jobs that just died among them), so a requeue of one is recognised.
+                        changed = [
+                            _job_row(r) for r in await timed("changes", now - baseline_window)
+                        ]
                 else:
                     active = None
-                    changed = [_job_row(r) for r in await timed("changes", since)]
+                    if feed is None:
+                        changed = [_job_row(r) for r in await timed("changes", since)]
+                if feed is not None and not baseline:
+                    await self._read_chunks(conn, feed, consume, budget, paths, durations)
                 existing = None
                 if check_ids:
                     existing = {r["job_id"] for r in await timed("existing", check_ids)}
@@ -169,6 +194,32 @@ class Database:
             done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
         )
         return Reading(snapshot, changed, active, existing, durations)
+
+    async def _read_chunks(
+        self,
+        conn: Any,
+        feed: ChangeFeed,
+        consume: Callable[[list[JobRow]], None] | None,
+        budget: float,
+        paths: tuple[tuple[str, ...], ...],
+        durations: dict[str, float],
+    ) -> None:
+        started = time.perf_counter()
+        slowest = 0.0
+        query = self.queries["changes_after"]
+        path_args = [list(p) for p in paths]
+        while (bounds := feed.chunk()) is not None:
+            chunk_started = time.perf_counter()
+            rows = await conn.fetch(query, *bounds, *path_args)
+            slowest = max(slowest, time.perf_counter() - chunk_started)
+            jobs = [_changed_row(r) for r in rows]
+            if consume is not None:
+                consume(jobs)
+            last = (rows[-1]["updated_key"], rows[-1]["job_id"]) if rows else None
+            if not feed.took(len(rows), last) or time.perf_counter() - started >= budget:
+                break
+        # The slowest chunk: what the statement timeout must stay well above.
+        durations["changes_after"] = slowest
 
     async def missing_indexes(self) -> list[str]:
         """Names of the required indexes that do not exist; raises if the table is missing."""
@@ -218,6 +269,29 @@ def _job_row(r: Any) -> JobRow:
     )
 
 
+def _changed_row(r: Any) -> JobRow:
+    return JobRow(
+        job_id=r["job_id"],
+        job_type=r["job_type"],
+        status=r["status"],
+        attempts=r["attempts"],
+        max_attempts=r["max_attempts"],
+        last_error=r["last_error"],
+        result=None,
+        run_after=r["run_after"],
+        run_started_at=r["run_started_at"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        wait_seconds=r["wait_seconds"],
+        latency_seconds=r["latency_seconds"],
+        figures=Figures(
+            r["result_kind"], r["duration_ms"], r["ai_usd"], r["proxy_usd"], r["total_usd"]
+        )
+        if r["status"] == 3
+        else None,
+    )
+
+
 def _active_stats(r: Any) -> ActiveStats:
     return ActiveStats(
         pending=r["pending"],
@@ -264,120 +338,3 @@ def translate(exc: BaseException) -> DatabaseError:
     if isinstance(exc, asyncpg.PostgresError):
         return DatabaseError("query", f"query failed: {type(exc).__name__}: {exc}")
     return DatabaseError("query", f"unexpected error: {type(exc).__name__}: {exc}")
-
-
-# 'JQEX': the first key of the two-int advisory lock, so ours never collides with locks the
-# queue's own code takes; the second key is the queue table's OID (unique in its database).
-LOCK_CLASS = 0x4A514558
-# The server notices a dead peer within about 5 + 2 * 3 = 11 s and ends its session, which
-# frees the lock for a standby even when the holder's network went silent rather than closed.
-_KEEPALIVE = {
-    "tcp_keepalives_idle": "5",
-    "tcp_keepalives_interval": "2",
-    "tcp_keepalives_count": "3",
-}
-_HOLDS = """
-SELECT EXISTS (
-    SELECT 1 FROM pg_locks
-    WHERE locktype = 'advisory' AND granted AND pid = pg_backend_pid()
-      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND classid = $1::oid AND objid = $2::oid AND objsubid = 2
-)
-"""
-
-
-class LockSession:
-    """A session of its own that takes the queue's advisory lock and holds it while it lives.
-
-    PostgreSQL frees a session-level advisory lock when the session ends (process killed,
-    connection cut, server restarted), so whoever holds it is the one live collector of the
-    queue. Only ``pg_try_advisory_lock`` is used: a standby never waits on a lock.
-    """
-
-    def __init__(self, options: ConnectOptions) -> None:
-        self.options = options
-        self._conn: Any = None
-        self._key: int | None = None
-        self._busy = asyncio.Lock()  # the election loop and the collection guard share it
-
-    async def try_acquire(self) -> bool:
-        """Take the lock if it is free; True when this session holds it. DatabaseError if the
-        database cannot be reached or the table does not exist."""
-        async with self._busy:
-            try:
-                async with asyncio.timeout(
-                    self.options.connect_timeout + self.options.statement_timeout
-                ):
-                    conn = await self._connection()
-                    if self._key is None:
-                        oid = await conn.fetchval(
-                            "SELECT to_regclass($1)::oid::int4", self.options.table
-                        )
-                        if oid is None:
-                            raise DatabaseError(
-                                "schema", f"table {self.options.table} does not exist"
-                            )
-                        self._key = int(oid)
-                    return bool(
-                        await conn.fetchval(
-                            "SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, self._key
-                        )
-                    )
-            except Exception as exc:
-                await self._drop()
-                raise translate(exc) from None
-
-    async def ping(self) -> None:
-        """Reach the database without taking the lock; DatabaseError when it cannot."""
-        async with self._busy:
-            try:
-                async with asyncio.timeout(
-                    self.options.connect_timeout + self.options.statement_timeout
-                ):
-                    await (await self._connection()).fetchval("SELECT 1")
-            except Exception as exc:
-                await self._drop()
-                raise translate(exc) from None
-
-    async def holds(self) -> bool:
-        """True when this session is alive and holds the lock; False (and the session closed)
-        on any doubt, so a holder that cannot prove it steps down."""
-        async with self._busy:
-            if self._conn is None or self._key is None:
-                return False
-            try:
-                async with asyncio.timeout(self.options.statement_timeout):
-                    held = bool(await self._conn.fetchval(_HOLDS, LOCK_CLASS, self._key))
-            except Exception:
-                held = False
-            if not held:
-                await self._drop()
-            return held
-
-    async def close(self) -> None:
-        """Release the lock by ending the session."""
-        async with self._busy:
-            await self._drop()
-
-    async def _connection(self) -> Any:
-        if self._conn is None or self._conn.is_closed():
-            opts = self.options
-            self._conn = await asyncpg.connect(
-                dsn=opts.dsn,
-                timeout=opts.connect_timeout,
-                server_settings={
-                    "application_name": APPLICATION_NAME,
-                    "statement_timeout": str(int(opts.statement_timeout * 1000)),
-                    "default_transaction_read_only": "on",
-                    **_KEEPALIVE,
-                },
-            )
-        return self._conn
-
-    async def _drop(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                await asyncio.wait_for(conn.close(), 2.0)
-            except Exception:
-                conn.terminate()
