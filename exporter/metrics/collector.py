@@ -214,8 +214,12 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
     tracked.add_metric([q], view.tracked)
     folded = _gauge("jobqueue_exporter_job_types_folded")
     folded.add_metric([q], view.folded)
+    lag = _gauge("jobqueue_exporter_lag_seconds")
+    lag.add_metric([q], health.lag_seconds)
+    rows_read = _counter("jobqueue_exporter_rows_read")
+    rows_read.add_metric([q], health.rows_read)
     yield from (last, collections, errors, skipped, duration, timeout, queries, missing)
-    yield from (tracked, folded)
+    yield from (tracked, folded, lag, rows_read)
 
 
 def build_registry(
