@@ -317,9 +317,9 @@ async def write_overhead(dsn: str, runs: int, seconds: float, clients: int) -> d
 class Process:
     """A child process (the exporter, the fleet) with its footprint read from /proc."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], cwd: Path = ROOT) -> None:
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         self.pid = self.proc.pid
         self.started = time.monotonic()
