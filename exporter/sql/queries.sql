@@ -92,28 +92,36 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 
 -- name: changes_after
 -- The next chunk of changed rows past the cursor, in keyset order, below the cycle's bound;
--- via job_exporter_updated_at_idx (an incremental sort orders ties on updated_at by job_id).
+-- via job_exporter_updated_at_idx. The inner query picks the chunk (ordered by the table's
+-- columns: epoch floats and job_id as text would sort differently); the outer one computes
+-- the output for those rows only, not for every row the sort looked at.
 -- $1, $2: the cursor (updated_at, job_id); $3: the bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
--- the whole document (as JSON text, NULL when missing or not a number).
-SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
-       updated_at AS updated_key,
-       CASE WHEN status = 3 THEN jsonb_typeof(result) END AS result_kind,
-       CASE WHEN status = 3 AND jsonb_typeof(result #> $5::text[]) = 'number'
-            THEN (result #> $5::text[])::text END AS duration_ms,
-       CASE WHEN status = 3 AND jsonb_typeof(result #> $6::text[]) = 'number'
-            THEN (result #> $6::text[])::text END AS ai_usd,
-       CASE WHEN status = 3 AND jsonb_typeof(result #> $7::text[]) = 'number'
-            THEN (result #> $7::text[])::text END AS proxy_usd,
-       CASE WHEN status = 3 AND jsonb_typeof(result #> $8::text[]) = 'number'
-            THEN (result #> $8::text[])::text END AS total_usd,
-       extract(epoch FROM run_after)::float8 AS run_after,
-       extract(epoch FROM run_started_at)::float8 AS run_started_at,
-       extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at,
-       extract(epoch FROM run_started_at - run_after)::float8 AS wait_seconds,
-       extract(epoch FROM updated_at - created_at)::float8 AS latency_seconds
-FROM {table}
-WHERE updated_at >= $1 AND (updated_at, job_id) > ($1, $2::uuid) AND updated_at < $3
-ORDER BY updated_at, job_id
-LIMIT $4;
+-- the whole document (as JSON number text, NULL when missing or not a number).
+SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
+       j.updated_at AS updated_key,
+       CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
+       CASE WHEN jsonb_typeof(f.duration_ms) = 'number' THEN f.duration_ms::text END AS duration_ms,
+       CASE WHEN jsonb_typeof(f.ai_usd) = 'number' THEN f.ai_usd::text END AS ai_usd,
+       CASE WHEN jsonb_typeof(f.proxy_usd) = 'number' THEN f.proxy_usd::text END AS proxy_usd,
+       CASE WHEN jsonb_typeof(f.total_usd) = 'number' THEN f.total_usd::text END AS total_usd,
+       extract(epoch FROM j.run_after)::float8 AS run_after,
+       extract(epoch FROM j.run_started_at)::float8 AS run_started_at,
+       extract(epoch FROM j.created_at)::float8 AS created_at,
+       extract(epoch FROM j.updated_at)::float8 AS updated_at,
+       extract(epoch FROM j.run_started_at - j.run_after)::float8 AS wait_seconds,
+       extract(epoch FROM j.updated_at - j.created_at)::float8 AS latency_seconds
+FROM (SELECT t.job_id, t.job_type, t.status, t.attempts, t.max_attempts, t.last_error, t.result,
+             t.run_after, t.run_started_at, t.created_at, t.updated_at
+      FROM {table} AS t
+      WHERE t.updated_at >= $1 AND (t.updated_at, t.job_id) > ($1, $2::uuid)
+        AND t.updated_at < $3
+      ORDER BY t.updated_at, t.job_id
+      LIMIT $4) AS j
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN j.status = 3 THEN j.result #> $5::text[] END AS duration_ms,
+           CASE WHEN j.status = 3 THEN j.result #> $6::text[] END AS ai_usd,
+           CASE WHEN j.status = 3 THEN j.result #> $7::text[] END AS proxy_usd,
+           CASE WHEN j.status = 3 THEN j.result #> $8::text[] END AS total_usd
+) AS f
+ORDER BY j.updated_at, j.job_id;
