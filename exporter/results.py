@@ -61,7 +61,9 @@ def _number_of(text: str | None) -> float | None:
     except ValueError:
         return None
     if value >= 2**53 and not any(c in text for c in ".eE"):
-        return None  # an integer beyond float precision, rejected as decode_result does
+        # An integer beyond float precision, rejected as decode_result does. (jsonb prints
+        # 1e300 as 301 digits, so such a float is rejected too: no cost or duration is that big.)
+        return None
     if not math.isfinite(value) or value < 0:
         return None
     return value
