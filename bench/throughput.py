@@ -87,7 +87,9 @@ async def scrape(session: aiohttp.ClientSession, port: int) -> dict[str, Any]:
         return parse(await resp.text())
 
 
-async def sample_loop(port: int, proc: Process, every: float, out: Samples, stop: asyncio.Event):
+async def sample_loop(
+    port: int, proc: Process, every: float, out: Samples, stop: asyncio.Event
+) -> None:
     """Record each finished collection's duration and the peaks, until ``stop``."""
     seen = -1.0
     async with aiohttp.ClientSession() as session:
@@ -138,7 +140,9 @@ async def counts(dsn: str) -> tuple[int, int]:
     """(all rows, DONE rows): pgbench only inserts and completes, so deltas are the truth."""
     conn = await asyncpg.connect(dsn)
     try:
-        row = await conn.fetchrow("SELECT count(*) AS n, count(*) FILTER (WHERE status = 3) AS d FROM job")
+        row = await conn.fetchrow(
+            "SELECT count(*) AS n, count(*) FILTER (WHERE status = 3) AS d FROM job"
+        )
         return int(row["n"]), int(row["d"])
     finally:
         await conn.close()
