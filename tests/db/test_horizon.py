@@ -248,3 +248,31 @@ async def test_tracked_jobs_stay_bounded_by_the_active_ones(db_dsn: str) -> None
     finally:
         await fleet.stop()
         await poller.database.close()
+
+
+async def test_without_pg_read_all_stats_the_tolerance_applies_and_a_warning_says_so(
+    db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    role = f"limited_{abs(hash(db_dsn)) % 10**8}"
+    await execute(db_dsn, f"CREATE ROLE {role} LOGIN")
+    await execute(db_dsn, f"GRANT SELECT ON job TO {role}")
+    limited_dsn = db_dsn.replace("postgres@", f"{role}@", 1)
+    other = await asyncpg.connect(db_dsn)  # another role's session, inside a transaction
+    poller = make_poller(fast_settings(limited_dsn, commit_lag_tolerance=5.0))
+    try:
+        tx = other.transaction()
+        await tx.start()
+        await other.execute("SELECT 1")
+        assert await poller.collect_once()
+        assert poller.feed.horizon is not None
+        assert poller.feed.horizon.hidden >= 1
+        assert "pg_read_all_stats" in caplog.text
+        await execute(db_dsn, "INSERT INTO job (job_type, status) VALUES (3, 1)")
+        await collect_until(poller, lambda: poller.tallies.enqueued["3"] == 1)
+        assert 5.0 <= poller.health.lag_seconds < 30.0  # the tolerance window, not the horizon
+        await tx.rollback()
+    finally:
+        await other.close()
+        await poller.database.close()
+        await execute(db_dsn, f"REVOKE ALL ON job FROM {role}")
+        await execute(db_dsn, f"DROP ROLE {role}")
