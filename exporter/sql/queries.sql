@@ -97,7 +97,8 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- the output for those rows only, not for every row the sort looked at.
 -- $1, $2: the cursor (updated_at, job_id); $3: the bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
--- the whole document (as JSON number text, NULL when missing or not a number).
+-- the whole document (as JSON number text, NULL when missing or not a number). date_part()
+-- gives float8 directly; extract() computes in numeric, several times slower per row.
 SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
@@ -105,12 +106,12 @@ SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempt
        CASE WHEN jsonb_typeof(f.ai_usd) = 'number' THEN f.ai_usd::text END AS ai_usd,
        CASE WHEN jsonb_typeof(f.proxy_usd) = 'number' THEN f.proxy_usd::text END AS proxy_usd,
        CASE WHEN jsonb_typeof(f.total_usd) = 'number' THEN f.total_usd::text END AS total_usd,
-       extract(epoch FROM j.run_after)::float8 AS run_after,
-       extract(epoch FROM j.run_started_at)::float8 AS run_started_at,
-       extract(epoch FROM j.created_at)::float8 AS created_at,
-       extract(epoch FROM j.updated_at)::float8 AS updated_at,
-       extract(epoch FROM j.run_started_at - j.run_after)::float8 AS wait_seconds,
-       extract(epoch FROM j.updated_at - j.created_at)::float8 AS latency_seconds
+       date_part('epoch', j.run_after) AS run_after,
+       date_part('epoch', j.run_started_at) AS run_started_at,
+       date_part('epoch', j.created_at) AS created_at,
+       date_part('epoch', j.updated_at) AS updated_at,
+       date_part('epoch', j.run_started_at - j.run_after) AS wait_seconds,
+       date_part('epoch', j.updated_at - j.created_at) AS latency_seconds
 FROM (SELECT t.job_id, t.job_type, t.status, t.attempts, t.max_attempts, t.last_error, t.result,
              t.run_after, t.run_started_at, t.created_at, t.updated_at
       FROM {table} AS t
