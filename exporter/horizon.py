@@ -6,8 +6,9 @@ Every change the cycle's snapshot does not show yet comes from a transaction tha
 or after ``H``, and the queue stamps ``updated_at = now()``, its transaction's start time. So
 no row can ever appear with ``updated_at`` below ``H``: the cycle may read the rows below
 ``H - MARGIN`` and move the cursor past them for good. The cursor is a keyset position
-``(updated_at, job_id)``, read forward in bounded chunks; rows at or above the bound wait for a
-later cycle. A long transaction elsewhere holds ``H`` back: the counters are then late, never
+``(updated_at, job_id)``, read forward in bounded chunks; rows at or above the bound are
+counted when seen (they are visible) but the cursor stops at the bound, so they are read again
+and recognised. A long transaction elsewhere holds ``H`` back: the counters are then late, never
 wrong. Timestamps, not transaction ids, so xid wraparound cannot move the cursor.
 See docs/exactness.md for the whole argument.
 """
@@ -20,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # pg_stat_activity publishes xact_start a few microseconds after the transaction took it: the
-# bound keeps this much slack. (The rows above the bound are read too, but only re-read until
-# the cursor passes them, so the margin costs margin x rate re-read rows per cycle.)
+# bound keeps this much slack. (The rows above the bound are read too, and read again when the
+# cursor passes them, so the margin costs margin x rate re-read rows per cycle.)
 MARGIN = 0.25
-# Upper bound of the look past the cursor's bound.
+# The chunks' upper bound: the rows above the cycle's bound are read as well (see chunk()).
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 # The smallest uuid: a key (t, NIL) sorts before every row stamped t.
 NIL = "00000000-0000-0000-0000-000000000000"
@@ -89,40 +90,34 @@ class ChangeFeed:
             self.key = (end, NIL)
 
     def chunk(self) -> tuple[datetime, str, datetime, int] | None:
-        """Arguments of the next ``changes_after`` query, or None when nothing may be read."""
-        if self.key is None or self.end is None or self.key[0] >= self.end:
-            return None
-        return (self.key[0], self.key[1], self.end, self.max_rows)
+        """Arguments of the next ``changes_after`` query, or None before the baseline.
 
-    def took(self, count: int, last: Key | None) -> bool:
-        """Advance past a chunk of ``count`` rows ending at ``last``; True when more may follow."""
-        self.rows_read += count
-        if last is not None:
-            self.key = last
-        if count < self.max_rows:
-            # Nothing else below the bound: jump to it so the lag shows the horizon's age only.
-            assert self.end is not None
-            if self.key is None or self.key[0] < self.end:
-                self.key = (self.end, NIL)
-            self.caught_up = True
-            return False
-        self.caught_up = False
-        return True
-
-    def peek(self) -> tuple[datetime, str, datetime, int] | None:
-        """Arguments of one look at the rows above the bound, once caught up; else None.
-
-        Those rows are visible already, so the counters need not wait for the horizon; they
-        are read again (and recognised) once the cursor passes them. One chunk at most: a long
-        transaction holding the horizon back delays what lies beyond, at a bounded cost.
+        The query has no upper bound: rows at or above the bound are visible already, so the
+        counters need not wait for the horizon. They are counted, but the cursor stops at the
+        bound, so they are read again (and recognised) once it passes them. One chunk of them
+        at most: a long transaction holding the horizon back delays what lies beyond it, at a
+        bounded cost per cycle.
         """
-        if not self.caught_up or self.end is None or self.key is None:
+        if self.key is None or self.end is None:
             return None
-        return (max(self.key[0], self.end), NIL, FOREVER, self.max_rows)
+        return (self.key[0], self.key[1], FOREVER, self.max_rows)
 
-    def peeked(self, count: int) -> None:
-        """Account for the rows a look above the bound returned."""
-        self.rows_read += count
+    def took(self, keys: list[Key]) -> bool:
+        """Advance past a chunk of rows (their keys, in order); True when more may follow."""
+        assert self.end is not None
+        self.rows_read += len(keys)
+        below = [k for k in keys if k[0] < self.end]
+        if below:
+            self.key = below[-1]
+        if len(below) == len(keys) == self.max_rows:
+            self.caught_up = False
+            return True
+        # Everything below the bound has been read: jump to it, so the lag shows the
+        # horizon's age only.
+        if self.key is None or self.key[0] < self.end:
+            self.key = (self.end, NIL)
+        self.caught_up = True
+        return False
 
     def floor(self) -> float | None:
         """Unix time below which no row will be read again (settled rows can be forgotten)."""

@@ -212,17 +212,11 @@ class Database:
             chunk_started = time.perf_counter()
             rows = await conn.fetch(query, *bounds, *path_args)
             slowest = max(slowest, time.perf_counter() - chunk_started)
-            jobs = [_changed_row(r) for r in rows]
-            if consume is not None:
-                consume(jobs)
-            last = (rows[-1]["updated_key"], rows[-1]["job_id"]) if rows else None
-            if not feed.took(len(rows), last) or time.perf_counter() - started >= budget:
-                break
-        if (bounds := feed.peek()) is not None and time.perf_counter() - started < budget:
-            rows = await conn.fetch(query, *bounds, *path_args)
-            feed.peeked(len(rows))
             if consume is not None:
                 consume([_changed_row(r) for r in rows])
+            more = feed.took([(r["updated_key"], r["job_id"]) for r in rows])
+            if not more or time.perf_counter() - started >= budget:
+                break
         # The slowest chunk: what the statement timeout must stay well above.
         durations["changes_after"] = slowest
 

@@ -91,11 +91,11 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
                     WHERE database = current_database() AND a.hidden >= 0 OFFSET 0) p;
 
 -- name: changes_after
--- The next chunk of changed rows past the cursor, in keyset order, below the cycle's bound;
--- via job_exporter_updated_at_idx. The inner query picks the chunk (ordered by the table's
+-- The next chunk of changed rows past the cursor, in keyset order, via
+-- job_exporter_updated_at_idx (exporter/horizon.py says where the cursor may stop). The inner query picks the chunk (ordered by the table's
 -- columns: epoch floats and job_id as text would sort differently); the outer one computes
 -- the output for those rows only, not for every row the sort looked at.
--- $1, $2: the cursor (updated_at, job_id); $3: the bound (exclusive); $4: chunk size;
+-- $1, $2: the cursor (updated_at, job_id); $3: upper bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
 -- the whole document (as JSON number text, NULL when missing or not a number). date_part()
 -- gives float8 directly; extract() computes in numeric, several times slower per row.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.horizon import MARGIN, NIL, ChangeFeed, Horizon
+from exporter.horizon import FOREVER, MARGIN, NIL, ChangeFeed, Horizon
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -22,34 +22,33 @@ def test_the_baseline_starts_the_cursor_at_the_bound_below_the_oldest_transactio
     feed.plan(horizon(100.0, lower=90.0))
     assert feed.key == (at(90.0 - MARGIN), NIL)
     assert feed.origin == at(90.0 - MARGIN)
-    assert feed.chunk() is None  # nothing to read below the bound yet
 
 
 def test_a_backlog_is_read_in_chunks_and_reported_behind_until_the_bound() -> None:
     feed = ChangeFeed(tolerance=30.0, max_rows=2)
     feed.plan(horizon(100.0))
     feed.plan(horizon(200.0))
-    args = feed.chunk()
-    assert args == (at(100.0 - MARGIN), NIL, at(200.0 - MARGIN), 2)
-    assert feed.took(2, (at(120.0), "b")) is True
-    assert feed.chunk() == (at(120.0), "b", at(200.0 - MARGIN), 2)
+    assert feed.chunk() == (at(100.0 - MARGIN), NIL, FOREVER, 2)
+    assert feed.took([(at(110.0), "a"), (at(120.0), "b")]) is True
+    assert feed.chunk() == (at(120.0), "b", FOREVER, 2)
     assert not feed.caught_up
     assert feed.lag() == 80.0
-    assert feed.took(1, (at(150.0), "c")) is False
+    assert feed.took([(at(150.0), "c")]) is False
     assert feed.caught_up
     assert feed.key == (at(200.0 - MARGIN), NIL)
     assert feed.rows_read == 3
-    assert feed.peek() == (at(200.0 - MARGIN), NIL, feed.peek()[2], 2)  # type: ignore[index]
 
 
-def test_a_long_transaction_holds_the_bound_and_nothing_is_skipped() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=100)
+def test_rows_above_the_bound_are_read_but_the_cursor_stops_at_the_bound() -> None:
+    feed = ChangeFeed(tolerance=30.0, max_rows=3)
     feed.plan(horizon(100.0))
-    feed.plan(horizon(160.0, lower=101.0))  # a transaction open since 101
+    feed.plan(horizon(160.0, lower=101.0))  # a transaction open since 101 holds the bound
     assert feed.end == at(101.0 - MARGIN)
-    feed.took(0, None)
+    assert feed.took([(at(100.5), "a"), (at(130.0), "b"), (at(150.0), "c")]) is False
+    assert feed.key == (at(101.0 - MARGIN), NIL)  # b and c will be read again
+    assert feed.caught_up
     feed.plan(horizon(220.0, lower=101.0))
-    assert feed.chunk() is None
+    assert feed.chunk() == (at(101.0 - MARGIN), NIL, FOREVER, 3)
     assert feed.lag() >= 119.0
 
 
