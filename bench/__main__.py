@@ -1,4 +1,7 @@
-"""``python -m bench``: build the table at each size, measure, print a Markdown table, write JSON."""
+"""``python -m bench``: build the table at each size, measure, print a Markdown table, write JSON.
+
+``python -m bench throughput``: the queue's state machine at several rates (bench/throughput.py).
+"""
 
 from __future__ import annotations
 
@@ -176,7 +179,7 @@ def render_table(report: dict[str, Any]) -> str:
 
     row("exporter cycle, median of cycles (ms)", each(lambda s: f"{s['exporter_cycle']['total_ms']:.2f}"),
         f"≤ {TARGET_CYCLE_MS:g} ms at 10M")  # fmt: skip
-    for q in ("now", "snapshot", "changes"):
+    for q in ("horizon", "now", "snapshot", "changes_after"):
         row(
             f"  · {q} (ms)",
             each(lambda s, q=q: f"{s['exporter_cycle']['queries_ms'].get(q, 0):.2f}"),
@@ -310,7 +313,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark, print the table, write results.json."""
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["throughput"]:
+        from bench.throughput import main as throughput
+
+        return throughput(argv[1:])
+    args = parse_args(argv)
     report = asyncio.run(main_async(args))
     report["table"] = render_table(report)
     out = Path(args.out)

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,9 @@ from exporter.db import APPLICATION_NAME, ConnectOptions, Database, load_queries
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
+from exporter.horizon import FOREVER, NIL, ChangeFeed
 from exporter.poller import DEAD_RECOUNT_EVERY
+from exporter.results import ResultPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTER_INDEXES = (
@@ -131,16 +134,19 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     per_query: dict[str, list[float]] = {}
     totals: list[float] = []
     recounts: list[float] = []
+    # The poller's reads: the horizon, then the changes past the cursor in chunks.
+    feed = ChangeFeed(tolerance=30.0, max_rows=5000)
+    p = ResultPaths()
+    paths = (p.duration_ms, p.ai_usd, p.proxy_usd, p.total_usd)
     try:
-        first = await db.read(since=None, stuck_threshold=600, done_count=False, baseline_window=30)
-        since = first.snapshot.taken_at - CHANGES_WINDOW
+        await db.read(since=None, stuck_threshold=600, done_count=False, feed=feed, paths=paths)
         for index in range(max(cycles, DEAD_RECOUNT_EVERY)):
             await asyncio.sleep(pause)
             recount = index % DEAD_RECOUNT_EVERY == DEAD_RECOUNT_EVERY - 1
             reading = await db.read(
-                since=since, stuck_threshold=600, done_count=False, count_dead=recount
-            )
-            since = reading.snapshot.taken_at - CHANGES_WINDOW
+                since=None, stuck_threshold=600, done_count=False, count_dead=recount,
+                feed=feed, paths=paths,
+            )  # fmt: skip
             for name, seconds in reading.durations.items():
                 per_query.setdefault(name, []).append(seconds * 1000)
             (recounts if recount else totals).append(sum(reading.durations.values()) * 1000)
@@ -152,7 +158,15 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
         plans = {
             "snapshot": await explain(conn, queries["snapshot"], 600.0),
             "dead": await explain(conn, queries["dead"]),
-            "changes": await explain(conn, queries["changes"], time.time() - CHANGES_WINDOW),
+            "changes_after": await explain(
+                conn,
+                queries["changes_after"],
+                datetime.fromtimestamp(time.time() - 1.0, UTC),
+                NIL,
+                FOREVER,
+                5000,
+                *[list(x) for x in paths],
+            ),
         }
         changed = await conn.fetchval(
             "SELECT count(*) FROM job WHERE updated_at > now() - make_interval(secs => $1)",
@@ -317,9 +331,9 @@ async def write_overhead(dsn: str, runs: int, seconds: float, clients: int) -> d
 class Process:
     """A child process (the exporter, the fleet) with its footprint read from /proc."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], cwd: Path = ROOT) -> None:
         self.proc = subprocess.Popen(
-            args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         self.pid = self.proc.pid
         self.started = time.monotonic()

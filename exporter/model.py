@@ -20,6 +20,20 @@ _K = TypeVar("_K")
 
 
 @dataclass(frozen=True)
+class Figures:
+    """The numbers the change query pulled out of ``result`` in SQL, as JSON number text.
+
+    ``kind`` is ``jsonb_typeof(result)``; a value is None when missing or not a JSON number.
+    """
+
+    kind: str | None
+    duration_ms: str | None = None
+    ai_usd: str | None = None
+    proxy_usd: str | None = None
+    total_usd: str | None = None
+
+
+@dataclass(frozen=True)
 class JobRow:
     """One row of the job table as the change query returns it."""
 
@@ -36,6 +50,7 @@ class JobRow:
     updated_at: float
     wait_seconds: float | None = None  # run_started_at - run_after, exact to the microsecond
     latency_seconds: float | None = None  # updated_at - created_at, likewise
+    figures: Figures | None = None  # numbers pulled out of result in SQL (then result is None)
 
 
 @dataclass(frozen=True)
@@ -267,6 +282,8 @@ class Health:
     query_durations: dict[str, float] = field(default_factory=dict)
     missing_indexes: dict[str, int] = field(default_factory=dict)
     last_error: str | None = None
+    lag_seconds: float = 0.0  # database time between the snapshot and the change cursor
+    rows_read: int = 0  # changed rows read since start
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from exporter.db import Database, DatabaseError
+from exporter.horizon import ChangeFeed
 from exporter.model import Health, JobTypeLabels, QueueView, Snapshot, Tallies
 from exporter.results import ResultPaths
 from exporter.settings import QueueSettings
@@ -33,6 +34,9 @@ INDEX_CHECK_EVERY = 40
 # also absorbs what the tracker cannot see (dead rows purged, deaths stamped before start).
 DEAD_RECOUNT_EVERY = 20
 BACKOFF_FIRST = 1.0
+# Share of collect.timeout a cycle may spend reading changes; the rest wait for the next cycle,
+# which starts at once while the cursor is behind (catch-up in bounded steps, never a cliff).
+READ_BUDGET_SHARE = 0.5
 
 
 class Poller:
@@ -56,6 +60,8 @@ class Poller:
             collect.duration_buckets, collect.wait_buckets, collect.latency_buckets
         )
         self.tracker = self._new_tracker()
+        self.feed = self._new_feed()
+        self._hidden_warned = False
         self.health = Health()
         self.snapshot: Snapshot | None = None
         self.generation = 0  # bumped after every collection, for render caches
@@ -85,6 +91,17 @@ class Poller:
         )
         return Tracker(options, self.labels, self.tallies)
 
+    def _new_feed(self) -> ChangeFeed:
+        collect = self.settings.collect
+        return ChangeFeed(
+            tolerance=collect.commit_lag_tolerance, max_rows=collect.max_rows_per_query
+        )
+
+    @property
+    def behind(self) -> bool:
+        """True when the last cycle stopped reading before the cursor reached its bound."""
+        return not self.feed.caught_up
+
     def rebaseline(self) -> None:
         """Count from a new baseline at the next collection; what was counted stays counted.
 
@@ -94,6 +111,7 @@ class Poller:
         after a leadership gap never goes down.
         """
         self.tracker = self._new_tracker()
+        self.feed = self._new_feed()
         self.snapshot = None
         self._dead_counted_at = None
         self._indexes_checked_at = None
@@ -161,7 +179,8 @@ class Poller:
                 raise
             if task.result():
                 failures = 0
-                wake_at = next_tick
+                # Behind after a backlog: read the next bounded step now rather than a tick later.
+                wake_at = self._monotonic() if self.behind else next_tick
             else:
                 failures += 1
                 wake_at = started + self._backoff(failures)
@@ -228,41 +247,52 @@ class Poller:
         ):
             await self._check_indexes()
         baseline = not self.tracker.started
+        if baseline and self.feed.started:
+            self.feed = self._new_feed()  # an earlier baseline failed after planning the cursor
         recount_dead = (
             baseline
             or self._dead_counted_at is None
             or self._cycle - self._dead_counted_at >= DEAD_RECOUNT_EVERY
         )
         check_ids = None
-        if not baseline and self._cycle % PURGE_CHECK_EVERY == 0:
-            check_ids = self.tracker.active_ids_not_in_window() or None
+        if not baseline:
+            self.tracker.begin()
+            if self._cycle % PURGE_CHECK_EVERY == 0:
+                check_ids = self.tracker.active_ids_not_in_window() or None
+        paths = self.tracker.options.paths
         reading = await self.database.read(
-            since=None if baseline else self.tracker.since(),
+            since=None,
             stuck_threshold=collect.stuck_threshold,
             done_count=collect.done_count,
             count_dead=recount_dead,
-            baseline_window=collect.commit_lag_tolerance,
             check_ids=check_ids,
+            feed=self.feed,
+            consume=self.tracker.feed,
+            budget=collect.timeout * READ_BUDGET_SHARE,
+            paths=(paths.duration_ms, paths.ai_usd, paths.proxy_usd, paths.total_usd),
         )
+        self._note_horizon()
         now = reading.snapshot.taken_at
         if baseline:
-            self.tracker.baseline(now, reading.active or [], reading.changed)
+            origin = self.feed.origin.timestamp() if self.feed.origin is not None else None
+            self.tracker.baseline(now, reading.active or [], [], origin=origin)
             log.info(
                 "baseline taken; counting transitions from now on",
                 extra={"fields": {"active_jobs": len(reading.active or [])}},
             )
         else:
             if check_ids and reading.existing is not None:
-                changed = {row.job_id for row in reading.changed}
-                purged = [i for i in check_ids if i not in reading.existing and i not in changed]
+                # Rows read this cycle exist; anything else missing from the answer was purged.
+                purged = [i for i in check_ids if i not in reading.existing]
                 self.tracker.forget(purged)
-            self.tracker.apply(now, reading.changed)
+            self.tracker.finish(now, floor=self.feed.floor())
         if reading.snapshot.dead is not None:
             self._dead = dict(reading.snapshot.dead)
             self._dead_counted_at = self._cycle
         else:
             for job_type, change in self.tracker.dead_delta.items():
                 self._dead[job_type] = max(0, self._dead.get(job_type, 0) + change)
+        self.tracker.dead_delta.clear()
         snapshot = replace(reading.snapshot, dead=dict(self._dead))
         for job_type in [*snapshot.active, *self._dead]:
             self.labels.label(job_type)
@@ -270,6 +300,19 @@ class Poller:
         # The last run of each query: the dead count does not run every cycle.
         self.health.query_durations = {**self.health.query_durations, **reading.durations}
         self.health.last_success_at = now
+        self.health.lag_seconds = self.feed.lag()
+        self.health.rows_read = self.feed.rows_read
+
+    def _note_horizon(self) -> None:
+        horizon = self.feed.horizon
+        hidden = bool(horizon is not None and horizon.hidden)
+        if hidden and not self._hidden_warned:
+            log.warning(
+                "other sessions are hidden in pg_stat_activity: late commits are counted only "
+                "within collect.commit_lag_tolerance; grant pg_read_all_stats to remove the limit",
+                extra={"fields": {"hidden_sessions": horizon.hidden if horizon else 0}},
+            )
+        self._hidden_warned = hidden
 
     async def _check_indexes(self) -> None:
         missing = await self.database.missing_indexes()

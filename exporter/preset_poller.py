@@ -118,6 +118,7 @@ class PresetPoller(Poller):
             carry(self.tallies, self._carried, reader.tallies, self.labels)
         self.snapshot = snapshot
         self.health.query_durations = durations
+        self.health.rows_read += sum(reading.rows_read.values())
         self.health.last_success_at = reading.taken_at
 
     async def _check_indexes(self) -> None:

@@ -10,6 +10,8 @@ import json
 import math
 from dataclasses import dataclass
 
+from exporter.model import Figures
+
 
 @dataclass(frozen=True)
 class ResultPaths:
@@ -30,6 +32,9 @@ class Outcome:
     malformed: tuple[str, ...]
 
 
+FIELDS = ("duration_ms", "ai_usd", "proxy_usd", "total_usd")
+
+
 def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
     """Read duration and cost out of a result document; never raises."""
     try:
@@ -38,10 +43,37 @@ def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
         document = None
     if not isinstance(document, dict):
         return Outcome(None, {}, ("result",))
+    return _outcome({name: _number_at(document, getattr(paths, name)) for name in FIELDS})
+
+
+def decode_figures(figures: Figures) -> Outcome:
+    """The same as decode_result, from the numbers SQL already pulled out; never raises."""
+    if figures.kind != "object":
+        return Outcome(None, {}, ("result",))
+    return _outcome({name: _number_of(getattr(figures, name)) for name in FIELDS})
+
+
+def _number_of(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text)  # JSON number text: 1e400 becomes inf, rejected below
+    except ValueError:
+        return None
+    if value >= 2**53 and not any(c in text for c in ".eE"):
+        # An integer beyond float precision, rejected as decode_result does. (jsonb prints
+        # 1e300 as 301 digits, so such a float is rejected too: no cost or duration is that big.)
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return value
+
+
+def _outcome(found: dict[str, float | None]) -> Outcome:
     malformed: list[str] = []
     values: dict[str, float] = {}
-    for name in ("duration_ms", "ai_usd", "proxy_usd", "total_usd"):
-        value = _number_at(document, getattr(paths, name))
+    for name in FIELDS:
+        value = found[name]
         if value is None:
             malformed.append(name)
         else:

@@ -1,12 +1,12 @@
 """Pure logic that turns changed rows into exact transition counts; no I/O.
 
 The queue keeps no event log, only each job's current row. Every transition sets
-``updated_at = now()``, so each cycle reads the rows whose ``updated_at`` is newer than the
-previous cycle's database time minus a commit-lag tolerance (``now()`` is the transaction's
-start, so a change can become visible seconds after its timestamp). Re-read rows are
-recognised by comparing with the last state the tracker saw of the same job, and the number
-of attempts tells how many attempts ended in between, however many transitions happened
-between two cycles. See docs/exactness.md for the argument and its limits.
+``updated_at = now()``; the change cursor (exporter/horizon.py) hands the tracker each
+changed row about once, in ``updated_at`` order, and tells it the *floor* below which no row
+will be read again. Rows read twice (the baseline's active rows, or a fallback window) are
+recognised by comparing with the last state the tracker saw of the same job, and the number of
+attempts tells how many attempts ended in between, however many transitions happened between
+two reads. See docs/exactness.md for the argument and its limits.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
-from exporter.results import ResultPaths, classify, decode_result, split_error
+from exporter.results import ResultPaths, classify, decode_figures, decode_result, split_error
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Seen:
     """The last state of one job that a collection read."""
 
@@ -28,6 +28,7 @@ class Seen:
     last_error: str | None
     run_started_at: float | None
     updated_at: float
+    created_at: float = 0.0
 
     @classmethod
     def of(cls, row: JobRow) -> Seen:
@@ -39,6 +40,7 @@ class Seen:
             row.last_error,
             row.run_started_at,
             row.updated_at,
+            row.created_at,
         )
 
 
@@ -66,8 +68,13 @@ class Tracker:
         self._known: dict[str, Seen] = {}
         self._started_at: float | None = None  # database time of the baseline
         self._last_at: float | None = None  # database time of the last applied cycle
-        # Change in the number of DEAD rows per job_type during the last apply(), so the
-        # dead-letter gauge can be kept current without counting the dead letter every cycle.
+        # Jobs created at or before the origin existed at the baseline: one the tracker does
+        # not know was neither active nor changed since, so it was DEAD (see _apply_row).
+        self._origin: float | None = None
+        # No row below the floor will be read again: settled jobs below it are forgotten.
+        self._floor: float | None = None
+        # Change in the number of DEAD rows per job_type since the reader last cleared it, so
+        # the dead-letter gauge can be kept current without counting the dead letter every cycle.
         self.dead_delta: Counter[int] = Counter()
 
     @property
@@ -81,39 +88,70 @@ class Tracker:
         return len(self._known)
 
     def since(self) -> float:
-        """Lower bound (exclusive) of ``updated_at`` for the next change query."""
+        """Lower bound of ``updated_at`` for the next read: the floor, else the tolerance window."""
         if self._last_at is None:
             raise RuntimeError("no baseline yet")
+        if self._floor is not None:
+            return self._floor
         return self._last_at - self.options.commit_lag_tolerance
 
-    def baseline(self, now: float, active: list[JobRow], changed: list[JobRow]) -> None:
-        """Remember the state at the first successful collection; nothing before it counts."""
+    def baseline(
+        self,
+        now: float,
+        active: list[JobRow],
+        changed: list[JobRow],
+        *,
+        origin: float | None = None,
+    ) -> None:
+        """Remember the state at the first successful collection; nothing before it counts.
+
+        ``origin``: jobs created at or before it existed when the baseline was taken (the
+        cursor's start); without it, the tolerance window before ``now``.
+        """
         self._known = {}
         for row in [*active, *changed]:
             self._known[row.job_id] = Seen.of(row)
             self.labels.label(row.job_type)
         self._started_at = now
         self._last_at = now
-        self._forget_settled(now)
+        self._origin = origin if origin is not None else now - self.options.commit_lag_tolerance
+        self._floor = origin
+        self._forget_settled()
 
-    def apply(self, now: float, changed: list[JobRow]) -> None:
-        """Count the transitions that ``changed`` (rows newer than ``since()``) reveal."""
-        if self._started_at is None or self._last_at is None:
-            raise RuntimeError("apply() before baseline()")
-        window_start = self._last_at - self.options.commit_lag_tolerance
+    def apply(self, now: float, changed: list[JobRow], *, floor: float | None = None) -> None:
+        """Count the transitions that ``changed`` reveals; ``floor`` as in :meth:`finish`."""
         self.dead_delta = Counter()
+        self.begin()
+        self.feed(changed)
+        self.finish(now, floor=floor)
+
+    def begin(self) -> None:
+        """Start a cycle (its rows may come in several chunks through :meth:`feed`)."""
+        if self._started_at is None:
+            raise RuntimeError("begin() before baseline()")
+
+    def feed(self, changed: list[JobRow]) -> None:
+        """Count the transitions that one chunk of changed rows reveals."""
         for row in changed:
-            self._apply_row(row, window_start)
+            self._apply_row(row)
+
+    def finish(self, now: float, *, floor: float | None = None) -> None:
+        """End a cycle at database time ``now``; ``floor``: no row below it is read again
+        (None: the tolerance window before ``now``, for readers that re-read a window)."""
         self._last_at = now
-        self._forget_settled(now)
+        self._floor = floor
+        if floor is None:
+            self._origin = max(self._origin or 0.0, now - self.options.commit_lag_tolerance)
+        self._forget_settled()
 
     def active_ids_not_in_window(self) -> list[str]:
-        """Active jobs the change query no longer re-reads: checked now and then for deletion."""
+        """Jobs the change reads will not see again unless they change: checked now and then
+        for deletion (active jobs, and the dead ones kept to recognise a requeue)."""
         window_start = self.since()
         return [
             job_id
             for job_id, seen in self._known.items()
-            if seen.status in (PENDING, RUNNING) and seen.updated_at <= window_start
+            if seen.status in (PENDING, RUNNING, DEAD) and seen.updated_at <= window_start
         ]
 
     def forget(self, job_ids: list[str]) -> None:
@@ -121,8 +159,9 @@ class Tracker:
         for job_id in job_ids:
             self._known.pop(job_id, None)
 
-    def _apply_row(self, row: JobRow, window_start: float) -> None:
+    def _apply_row(self, row: JobRow) -> None:
         assert self._started_at is not None
+        assert self._origin is not None
         known = self._known.get(row.job_id)
         if known == Seen.of(row):
             return  # re-read inside the tolerance window: already counted
@@ -132,12 +171,13 @@ class Tracker:
         label = self.labels.label(row.job_type)
         tallies = self.tallies
         if known is None:
-            if row.created_at > window_start:
-                # Inserted since the last cycle (or just before the baseline, then not counted).
+            if row.created_at > self._origin:
+                # Never read before, and dead jobs created after the origin are never forgotten:
+                # inserted since (or just before the baseline, then not counted).
                 if row.created_at > self._started_at:
                     tallies.enqueued[label] += 1
             else:
-                # Unknown yet old: at the last cycle it was neither active nor recently changed,
+                # Unknown yet existing at the baseline: it was then neither active nor read since,
                 # so it was DEAD (DONE never changes again). It has been requeued since.
                 tallies.requeued[label] += 1
                 self.dead_delta[row.job_type] -= 1
@@ -210,7 +250,10 @@ class Tracker:
     def _count_completion(self, row: JobRow, label: str) -> None:
         tallies = self.tallies
         tallies.completed[label] += 1
-        outcome = decode_result(row.result, self.options.paths)
+        if row.figures is not None:
+            outcome = decode_figures(row.figures)
+        else:
+            outcome = decode_result(row.result, self.options.paths)
         for field_name in outcome.malformed:
             tallies.malformed[field_name] += 1
         for component, usd in outcome.cost.items():
@@ -226,13 +269,17 @@ class Tracker:
             label, outcome.duration_seconds, wait=max(0.0, wait), latency=max(0.0, latency)
         )
 
-    def _forget_settled(self, now: float) -> None:
-        # Finished rows are kept only while the next change query can still re-read them.
-        horizon = now - self.options.commit_lag_tolerance
+    def _forget_settled(self) -> None:
+        # Finished rows are kept only while a read can still return them again. A dead job
+        # created after the origin is kept until requeued or purged: forgotten, its requeue
+        # would look like a new job (see _apply_row); dead letters are few.
+        floor = self.since()
+        origin = self._origin if self._origin is not None else floor
         settled = [
             job_id
             for job_id, seen in self._known.items()
-            if seen.status in (DONE, DEAD) and seen.updated_at <= horizon
+            if seen.updated_at < floor
+            and (seen.status == DONE or (seen.status == DEAD and seen.created_at <= origin))
         ]
         for job_id in settled:
             del self._known[job_id]

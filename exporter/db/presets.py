@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from exporter.db import Database, DatabaseError, translate
+from exporter.db.pool import Database, DatabaseError, translate
 
 
 class Statement(Protocol):

@@ -236,12 +236,16 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
         missing.add_metric([q, index], flag)
     folded = _gauge("jobqueue_exporter_job_types_folded")
     folded.add_metric([q], view.folded)
+    lag = _gauge("jobqueue_exporter_lag_seconds")
+    lag.add_metric([q], health.lag_seconds)
+    rows_read = _counter("jobqueue_exporter_rows_read")
+    rows_read.add_metric([q], health.rows_read)
     yield from (last, collections, errors, skipped, duration, timeout, queries, missing)
     if "tracked" not in view.coverage.withheld:
         tracked = _gauge("jobqueue_exporter_tracked_jobs")
         tracked.add_metric([q], view.tracked)
         yield tracked
-    yield folded
+    yield from (folded, lag, rows_read)
 
 
 def build_registry(

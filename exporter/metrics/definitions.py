@@ -297,6 +297,23 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "tracker",
     ),
     _d(
+        "jobqueue_exporter_lag_seconds",
+        "gauge",
+        (QUEUE,),
+        "Database time between the last collection's snapshot and the change cursor: how far "
+        "behind the counters are (a fraction of a second when caught up; grows while a long "
+        "transaction holds the horizon back or a backlog is read).",
+        "change cursor",
+    ),
+    _d(
+        "jobqueue_exporter_rows_read",
+        "counter",
+        (QUEUE,),
+        "Changed rows the collections have read; compare its rate with the queue's rate of "
+        "changes (about 1 row per change).",
+        "change cursor",
+    ),
+    _d(
         "jobqueue_exporter_job_types_folded",
         "gauge",
         (QUEUE,),

@@ -149,6 +149,11 @@ class CollectSettings:
         "counted when the exporter cannot see other sessions in pg_stat_activity (grant "
         "pg_read_all_stats and there is no limit).",
     )  # fmt: skip
+    max_rows_per_query: int = setting(
+        Kind.INTEGER, 5000, "Changed rows read per query; a backlog is read in chunks of this "
+        "size, over as many cycles as it takes (each cycle reads for at most half of timeout).",
+        check=at_least_one,
+    )  # fmt: skip
     staleness_limit: float | None = setting(
         Kind.DURATION, None, "Withdraw queue gauges after failing this long (null: 3 intervals).",
         optional=True, check=positive_or_null,

@@ -72,3 +72,57 @@ SELECT job_id::text AS job_id FROM {table} WHERE job_id = ANY($1::uuid[]);
 SELECT to_regclass($1) IS NOT NULL AS table_exists,
        coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                       WHERE i.indrelid = to_regclass($1)), '{}') AS names;
+
+-- name: horizon
+-- Autocommit, before the cycle's snapshot (exporter/horizon.py has the argument): the start of
+-- the oldest transaction open in this database, how many sessions this role may not see
+-- (pg_read_all_stats shows them), and prepared transactions (gone from pg_stat_activity).
+-- Autovacuum never writes the queue's rows, and a long vacuum must not hold the counters back.
+SELECT a.now, a.lower_bound, a.hidden, p.prepared
+FROM (SELECT now() AS now,
+             least(now(), min(xact_start) FILTER (
+                 WHERE pid <> pg_backend_pid()
+                   AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS lower_bound,
+             count(*) FILTER (WHERE backend_type IS NULL) AS hidden
+      FROM pg_stat_activity
+      WHERE datname = current_database()
+      OFFSET 0) a
+CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
+                    WHERE database = current_database() AND a.hidden >= 0 OFFSET 0) p;
+
+-- name: changes_after
+-- The next chunk of changed rows past the cursor, in keyset order, via
+-- job_exporter_updated_at_idx (exporter/horizon.py says where the cursor may stop). The inner query picks the chunk (ordered by the table's
+-- columns: epoch floats and job_id as text would sort differently); the outer one computes
+-- the output for those rows only, not for every row the sort looked at.
+-- $1, $2: the cursor (updated_at, job_id); $3: upper bound (exclusive); $4: chunk size;
+-- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
+-- the whole document (as JSON number text, NULL when missing or not a number). date_part()
+-- gives float8 directly; extract() computes in numeric, several times slower per row.
+SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
+       j.updated_at AS updated_key,
+       CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
+       CASE WHEN jsonb_typeof(f.duration_ms) = 'number' THEN f.duration_ms::text END AS duration_ms,
+       CASE WHEN jsonb_typeof(f.ai_usd) = 'number' THEN f.ai_usd::text END AS ai_usd,
+       CASE WHEN jsonb_typeof(f.proxy_usd) = 'number' THEN f.proxy_usd::text END AS proxy_usd,
+       CASE WHEN jsonb_typeof(f.total_usd) = 'number' THEN f.total_usd::text END AS total_usd,
+       date_part('epoch', j.run_after) AS run_after,
+       date_part('epoch', j.run_started_at) AS run_started_at,
+       date_part('epoch', j.created_at) AS created_at,
+       date_part('epoch', j.updated_at) AS updated_at,
+       date_part('epoch', j.run_started_at - j.run_after) AS wait_seconds,
+       date_part('epoch', j.updated_at - j.created_at) AS latency_seconds
+FROM (SELECT t.job_id, t.job_type, t.status, t.attempts, t.max_attempts, t.last_error, t.result,
+             t.run_after, t.run_started_at, t.created_at, t.updated_at
+      FROM {table} AS t
+      WHERE t.updated_at >= $1 AND (t.updated_at, t.job_id) > ($1, $2::uuid)
+        AND t.updated_at < $3
+      ORDER BY t.updated_at, t.job_id
+      LIMIT $4) AS j
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN j.status = 3 THEN j.result #> $5::text[] END AS duration_ms,
+           CASE WHEN j.status = 3 THEN j.result #> $6::text[] END AS ai_usd,
+           CASE WHEN j.status = 3 THEN j.result #> $7::text[] END AS proxy_usd,
+           CASE WHEN j.status = 3 THEN j.result #> $8::text[] END AS total_usd
+) AS f
+ORDER BY j.updated_at, j.job_id;

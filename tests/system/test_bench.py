@@ -38,7 +38,7 @@ def test_quick_benchmark_writes_every_figure(tmp_path: Path) -> None:
     }  # fmt: skip
     assert expected <= size.keys()
     cycle = size["exporter_cycle"]
-    assert {"snapshot", "dead", "changes"} <= cycle["queries_ms"].keys()
+    assert {"horizon", "snapshot", "dead", "changes_after"} <= cycle["queries_ms"].keys()
     assert cycle["total_ms"] > 0
     # The exporter's reads go through its indexes, never through the whole table.
     assert cycle["seq_scan_on_job"] is False

@@ -23,6 +23,7 @@ LAYERS = {
     "vocabulary": 0,
     "settings": 1,
     "model": 1,
+    "horizon": 1,
     "results": 2,
     "tracker": 3,
     "profiles": 3,

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.results import ResultPaths, classify, decode_result, split_error
+from exporter.model import Figures
+from exporter.results import ResultPaths, classify, decode_figures, decode_result, split_error
 
 PATHS = ResultPaths()
 MARKER = " [lease-expired reclaim]"
@@ -123,3 +124,49 @@ def test_classify_by_deadline_prefix() -> None:
     assert classify("JobDeadlineExceeded: 30s", "JobDeadlineExceeded") == "deadline"
     assert classify("ValueError: JobDeadlineExceeded", "JobDeadlineExceeded") == "error"
     assert classify("", "JobDeadlineExceeded") == "error"
+
+
+def figures_as_sql_pulls_them(document: object, paths: ResultPaths) -> Figures:
+    """What changes_after returns: jsonb_typeof(result), and each path's value if a number."""
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    kind = kinds.get(type(document), "number")
+
+    def at(path: tuple[str, ...]) -> str | None:
+        node = document
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return None
+            node = node[key]
+        if isinstance(node, bool) or not isinstance(node, int | float):
+            return None
+        return json.dumps(node)
+
+    return Figures(
+        kind, at(paths.duration_ms), at(paths.ai_usd), at(paths.proxy_usd), at(paths.total_usd)
+    )
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "metrics": st.fixed_dictionaries(
+                {
+                    "duration_ms": st.integers(-10, 2**60)
+                    | st.floats(allow_nan=False)
+                    | st.booleans()
+                    | st.text(max_size=3),
+                    "cost": st.dictionaries(
+                        st.sampled_from(["ai_usd", "proxy_usd", "total_usd"]),
+                        st.floats(allow_nan=False) | st.integers(-5, 2**60) | st.none(),
+                    ),
+                }
+            )
+        }
+    )
+    | st.lists(st.integers(), max_size=2)
+    | st.none()
+)
+def test_numbers_pulled_out_in_sql_decode_as_the_whole_document_does(document: object) -> None:
+    text = json.dumps(document) if document is not None else None
+    via_sql = decode_figures(figures_as_sql_pulls_them(document, PATHS))
+    assert via_sql == decode_result(text, PATHS)

@@ -192,3 +192,31 @@ def test_any_result_document_is_counted_or_marked_malformed_never_crashes(text: 
     t.apply(1002.0, [job])
     assert t.tallies.completed["1"] == 1
     assert all(v >= 0 for v in t.tallies.cost.values())
+
+
+def test_a_job_first_read_after_the_cursor_passed_its_creation_is_an_enqueue() -> None:
+    # A backlog: inserted at 1005, completed at 1050, first read when the cursor is at 1040.
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=999.0)
+    t.apply(1030.0, [], floor=1040.0)
+    done = row(status=DONE, attempts=1, result=RESULT, created_at=1005.0, updated_at=1050.0,
+               run_started_at=1049.0)  # fmt: skip
+    t.apply(1060.0, [done], floor=1051.0)
+    assert t.tallies.enqueued["1"] == 1
+    assert t.tallies.requeued["1"] == 0
+    assert t.tracked == 0
+
+
+def test_a_dead_job_created_after_the_origin_is_kept_so_its_requeue_is_recognised() -> None:
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=999.0)
+    dead = row(status=DEAD, attempts=1, max_attempts=1, last_error="x", created_at=1005.0,
+               updated_at=1006.0, run_started_at=1005.5)  # fmt: skip
+    t.apply(1010.0, [dead], floor=1009.0)
+    t.apply(5000.0, [], floor=4999.0)
+    assert t.tracked == 1
+    again = replace(dead, status=PENDING, attempts=0, last_error=None, run_started_at=None,
+                    updated_at=5001.0)  # fmt: skip
+    t.apply(5010.0, [again], floor=5009.0)
+    assert t.tallies.requeued["1"] == 1
+    assert t.tallies.enqueued["1"] == 1

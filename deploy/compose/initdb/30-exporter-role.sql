@@ -6,3 +6,5 @@ ALTER ROLE jobqueue_exporter SET default_transaction_read_only = on;
 GRANT CONNECT ON DATABASE jobqueue TO jobqueue_exporter;
 GRANT USAGE ON SCHEMA public TO jobqueue_exporter;
 GRANT SELECT ON TABLE job TO jobqueue_exporter;
+-- Read-only statistics: when other sessions' transactions began (the late-commit horizon).
+GRANT pg_read_all_stats TO jobqueue_exporter;

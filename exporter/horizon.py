@@ -1,0 +1,130 @@
+"""The change cursor: which rows a cycle reads, so each change is read about once and none is lost.
+
+Before its snapshot a cycle reads, in autocommit, the *horizon* ``H``: the start time of the
+oldest transaction still open in this database (``pg_stat_activity.xact_start``), or now().
+Every change the cycle's snapshot does not show yet comes from a transaction that started at
+or after ``H``, and the queue stamps ``updated_at = now()``, its transaction's start time. So
+no row can ever appear with ``updated_at`` below ``H``: the cycle may read the rows below
+``H - MARGIN`` and move the cursor past them for good. The cursor is a keyset position
+``(updated_at, job_id)``, read forward in bounded chunks; rows at or above the bound are
+counted when seen (they are visible) but the cursor stops at the bound, so they are read again
+and recognised. A long transaction elsewhere holds ``H`` back: the counters are then late, never
+wrong. Timestamps, not transaction ids, so xid wraparound cannot move the cursor.
+See docs/exactness.md for the whole argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+# pg_stat_activity publishes xact_start a few microseconds after the transaction took it: the
+# bound keeps this much slack. (The rows above the bound are read too, and read again when the
+# cursor passes them, so the margin costs margin x rate re-read rows per cycle.)
+MARGIN = 0.25
+# The chunks' upper bound: the rows above the cycle's bound are read as well (see chunk()).
+FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
+# The smallest uuid: a key (t, NIL) sorts before every row stamped t.
+NIL = "00000000-0000-0000-0000-000000000000"
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """What the autocommit horizon statement read."""
+
+    now: datetime
+    lower_bound: datetime  # least(now(), xact_start of every other open transaction)
+    hidden: int  # sessions of this database whose xact_start this role may not read
+    prepared: int  # prepared (two-phase) transactions: invisible to pg_stat_activity
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Horizon:
+        """Parse the row of the ``horizon`` query."""
+        return cls(row["now"], row["lower_bound"], int(row["hidden"]), int(row["prepared"]))
+
+
+Key = tuple[datetime, str]
+
+
+class ChangeFeed:
+    """Keyset cursor over ``(updated_at, job_id)`` bounded by the horizon; no I/O."""
+
+    def __init__(self, *, tolerance: float, max_rows: int, margin: float = MARGIN) -> None:
+        self.tolerance = tolerance  # used only when other sessions are hidden from this role
+        self.max_rows = max_rows
+        self.margin = margin
+        self.key: Key | None = None  # everything at or below it has been read
+        self.end: datetime | None = None  # exclusive upper bound of this cycle's reads
+        self.origin: datetime | None = None  # the baseline's bound: older rows are history
+        self.horizon: Horizon | None = None
+        self.caught_up = True
+        self.rows_read = 0  # in total, for jobqueue_exporter_rows_read_total
+
+    @property
+    def started(self) -> bool:
+        """True once a baseline fixed the cursor's start."""
+        return self.key is not None
+
+    def plan(self, horizon: Horizon) -> None:
+        """Fix this cycle's upper bound from the horizon read just before the snapshot."""
+        self.horizon = horizon
+        self.caught_up = True
+        bound = horizon.lower_bound
+        if horizon.hidden:
+            # Sessions we cannot see may hold older transactions: fall back to the time tolerance.
+            bound = min(bound, horizon.now - timedelta(seconds=self.tolerance))
+        end = bound - timedelta(seconds=self.margin)
+        if self.end is not None:
+            if horizon.prepared:
+                # A prepared transaction left pg_stat_activity when it was prepared; the last
+                # bound taken while it was still a session is still below its start.
+                end = self.end
+            # Never step back (the margin absorbs the microseconds a step back could be).
+            end = max(end, self.end)
+        self.end = end
+        if self.key is None:
+            # The baseline: rows below this are history, counted from the next change on.
+            self.origin = end
+            self.key = (end, NIL)
+
+    def chunk(self) -> tuple[datetime, str, datetime, int] | None:
+        """Arguments of the next ``changes_after`` query, or None before the baseline.
+
+        The query has no upper bound: rows at or above the bound are visible already, so the
+        counters need not wait for the horizon. They are counted, but the cursor stops at the
+        bound, so they are read again (and recognised) once it passes them. One chunk of them
+        at most: a long transaction holding the horizon back delays what lies beyond it, at a
+        bounded cost per cycle.
+        """
+        if self.key is None or self.end is None:
+            return None
+        return (self.key[0], self.key[1], FOREVER, self.max_rows)
+
+    def took(self, keys: list[Key]) -> bool:
+        """Advance past a chunk of rows (their keys, in order); True when more may follow."""
+        assert self.end is not None
+        self.rows_read += len(keys)
+        below = [k for k in keys if k[0] < self.end]
+        if below:
+            self.key = below[-1]
+        if len(below) == len(keys) == self.max_rows:
+            self.caught_up = False
+            return True
+        # Everything below the bound has been read: jump to it, so the lag shows the
+        # horizon's age only.
+        if self.key is None or self.key[0] < self.end:
+            self.key = (self.end, NIL)
+        self.caught_up = True
+        return False
+
+    def floor(self) -> float | None:
+        """Unix time below which no row will be read again (settled rows can be forgotten)."""
+        return self.key[0].timestamp() if self.key is not None else None
+
+    def lag(self) -> float:
+        """Seconds between the snapshot's now() and the cursor: how far behind the reads are."""
+        if self.key is None or self.horizon is None:
+            return 0.0
+        return max(0.0, (self.horizon.now - self.key[0]).total_seconds())
