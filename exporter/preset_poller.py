@@ -10,10 +10,8 @@ render for it.
 from __future__ import annotations
 
 import logging
-import random
-import time
-from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from exporter.db import Database, DatabaseError
 from exporter.db.presets import read_cycle
@@ -37,16 +35,9 @@ log = logging.getLogger(__name__)
 class PresetPoller(Poller):
     """Collects one preset queue: the shared loop, the preset's reader inside each cycle."""
 
-    def __init__(
-        self,
-        settings: QueueSettings,
-        database: Database,
-        *,
-        monotonic: Callable[[], float] = time.monotonic,
-        rng: random.Random | None = None,
-    ) -> None:
+    def __init__(self, settings: QueueSettings, database: Database, **options: Any) -> None:
         self.preset: Preset = PRESETS[settings.profile]
-        super().__init__(settings, database, monotonic=monotonic, rng=rng)
+        super().__init__(settings, database, **options)  # monotonic=, rng= as the Poller takes
         self.labels: PresetJobTypes = PresetJobTypes(settings.collect.max_job_types)
         self.coverage = coverage_of(self.preset.capabilities)
         self.reader = self._new_reader()

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -105,6 +105,26 @@ class Database:
                 raise translate(exc) from None
         return self._pool
 
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Any]:
+        """A pooled connection; one left by an error or a cancellation is never handed back (it
+        may be mid-protocol, its server gone). Errors of the body pass through as they are."""
+        pool = await self._get_pool()
+        try:
+            conn = await pool.acquire()
+        except Exception as exc:
+            raise translate(exc) from None
+        healthy = False
+        try:
+            yield conn
+            healthy = True
+        finally:
+            if not healthy:
+                # When the server went away the pool may already have detached the connection.
+                with contextlib.suppress(asyncpg.InterfaceError):
+                    conn.terminate()
+            await pool.release(conn)
+
     async def read(
         self,
         *,
@@ -129,64 +149,47 @@ class Database:
         bound is reached or ``budget`` seconds of reading are spent. ``paths``: where the
         duration and the three costs are in ``result`` (pulled out in SQL).
         """
-        pool = await self._get_pool()
         durations: dict[str, float] = {}
         try:
-            conn = await pool.acquire()
-        except Exception as exc:
-            raise translate(exc) from None
-        broken = False
-        try:
-            baseline = since is None
-            if feed is not None:
-                baseline = not feed.started
-                # Autocommit, before the snapshot: see exporter/horizon.py for why.
-                started = time.perf_counter()
-                feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
-                durations["horizon"] = time.perf_counter() - started
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
-
-                async def timed(name: str, *args: object) -> list[Any]:
+            async with self.session() as conn:
+                baseline = since is None
+                if feed is not None:
+                    baseline = not feed.started
+                    # Autocommit, before the snapshot: see exporter/horizon.py for why.
                     started = time.perf_counter()
-                    rows: list[Any] = await conn.fetch(self.queries[name], *args)
-                    durations[name] = time.perf_counter() - started
-                    return rows
+                    feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
+                    durations["horizon"] = time.perf_counter() - started
+                async with conn.transaction(isolation="repeatable_read", readonly=True):
 
-                now = (await timed("now"))[0][0]
-                active_rows = await timed("snapshot", stuck_threshold)
-                dead_rows = await timed("dead") if count_dead else None
-                done_rows = await timed("done") if done_count else None
-                changed: list[JobRow] = []
-                if baseline:
-                    active = [_job_row(r) for r in await timed("active")]
-                    if feed is None:
-                        # The baseline also keeps the rows changed within the tolerance window
-                        # (jobs that just died among them), so a requeue of one is recognised.
-                        changed = [
-                            _job_row(r) for r in await timed("changes", now - baseline_window)
-                        ]
-                else:
-                    active = None
-                    if feed is None:
-                        changed = [_job_row(r) for r in await timed("changes", since)]
-                if feed is not None and not baseline:
-                    await self._read_chunks(conn, feed, consume, budget, paths, durations)
-                existing = None
-                if check_ids:
-                    existing = {r["job_id"] for r in await timed("existing", check_ids)}
-        except asyncio.CancelledError:
-            # A cancelled query may leave the socket mid-protocol: never hand it back.
-            broken = True
-            raise
+                    async def timed(name: str, *args: object) -> list[Any]:
+                        started = time.perf_counter()
+                        rows: list[Any] = await conn.fetch(self.queries[name], *args)
+                        durations[name] = time.perf_counter() - started
+                        return rows
+
+                    now = (await timed("now"))[0][0]
+                    active_rows = await timed("snapshot", stuck_threshold)
+                    dead_rows = await timed("dead") if count_dead else None
+                    done_rows = await timed("done") if done_count else None
+                    changed: list[JobRow] = []
+                    if baseline:
+                        active = [_with_result(r) for r in await timed("active")]
+                        if feed is None:
+                            # The baseline also keeps the rows changed within the tolerance window
+                            # (jobs that just died among them), so a requeue of one is recognised.
+                            window = await timed("changes", now - baseline_window)
+                            changed = [_with_result(r) for r in window]
+                    else:
+                        active = None
+                        if feed is None:
+                            changed = [_with_result(r) for r in await timed("changes", since)]
+                    if feed is not None and not baseline:
+                        await self._read_chunks(conn, feed, consume, budget, paths, durations)
+                    existing = None
+                    if check_ids:
+                        existing = {r["job_id"] for r in await timed("existing", check_ids)}
         except Exception as exc:
-            broken = True
             raise translate(exc) from None
-        finally:
-            if broken:
-                # When the server went away the pool may already have detached the connection.
-                with contextlib.suppress(asyncpg.InterfaceError):
-                    conn.terminate()
-            await pool.release(conn)
         snapshot = Snapshot(
             taken_at=now,
             active={r["job_type"]: _active_stats(r) for r in active_rows},
@@ -250,7 +253,7 @@ class Database:
             pool.terminate()
 
 
-def _job_row(r: Any) -> JobRow:
+def _job_row(r: Any, *, result: str | None = None, figures: Figures | None = None) -> JobRow:
     return JobRow(
         job_id=r["job_id"],
         job_type=r["job_type"],
@@ -258,37 +261,30 @@ def _job_row(r: Any) -> JobRow:
         attempts=r["attempts"],
         max_attempts=r["max_attempts"],
         last_error=r["last_error"],
-        result=r["result"],
+        result=result,
         run_after=r["run_after"],
         run_started_at=r["run_started_at"],
         created_at=r["created_at"],
         updated_at=r["updated_at"],
         wait_seconds=r["wait_seconds"],
         latency_seconds=r["latency_seconds"],
+        figures=figures,
     )
+
+
+def _with_result(r: Any) -> JobRow:
+    """A row of ``changes`` or ``active``: the whole ``result`` document, as text."""
+    return _job_row(r, result=r["result"])
 
 
 def _changed_row(r: Any) -> JobRow:
-    return JobRow(
-        job_id=r["job_id"],
-        job_type=r["job_type"],
-        status=r["status"],
-        attempts=r["attempts"],
-        max_attempts=r["max_attempts"],
-        last_error=r["last_error"],
-        result=None,
-        run_after=r["run_after"],
-        run_started_at=r["run_started_at"],
-        created_at=r["created_at"],
-        updated_at=r["updated_at"],
-        wait_seconds=r["wait_seconds"],
-        latency_seconds=r["latency_seconds"],
-        figures=Figures(
-            r["result_kind"], r["duration_ms"], r["ai_usd"], r["proxy_usd"], r["total_usd"]
-        )
-        if r["status"] == 3
-        else None,
+    """A row of ``changes_after``: the numbers in ``result`` come already pulled out in SQL."""
+    if r["status"] != 3:
+        return _job_row(r)
+    figures = Figures(
+        r["result_kind"], r["duration_ms"], r["ai_usd"], r["proxy_usd"], r["total_usd"]
     )
+    return _job_row(r, figures=figures)
 
 
 def _active_stats(r: Any) -> ActiveStats:

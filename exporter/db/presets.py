@@ -7,12 +7,9 @@ whose sessions carry the statement and lock timeouts and are read-only by defaul
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
-
-import asyncpg
 
 from exporter.db.pool import Database, DatabaseError, translate
 
@@ -48,7 +45,7 @@ async def read_cycle(
     """
     durations: dict[str, float] = {}
     results: dict[str, list[Any]] = {}
-    async with _session(database) as conn:
+    async with database.session() as conn:
 
         async def timed(statement: Statement) -> list[Any]:
             started = time.perf_counter()
@@ -70,23 +67,3 @@ async def read_cycle(
         except Exception as exc:
             raise translate(exc) from None
     return results, durations
-
-
-@contextlib.asynccontextmanager
-async def _session(database: Database) -> AsyncIterator[Any]:
-    """A pooled connection; one left by an error or a cancellation is never reused."""
-    pool = await database._get_pool()  # the queue's pool: this package owns it
-    try:
-        conn = await pool.acquire()
-    except Exception as exc:
-        raise translate(exc) from None
-    healthy = False
-    try:
-        yield conn
-        healthy = True
-    finally:
-        if not healthy:
-            # A cancelled query may leave the socket mid-protocol; the server may be gone.
-            with contextlib.suppress(asyncpg.InterfaceError):
-                conn.terminate()
-        await pool.release(conn)

@@ -56,18 +56,6 @@ class Preset:
         return resources.files(__name__).joinpath(f"sql/{self.index_file}").read_text()
 
 
-def _procrastinate(stuck_after: float | None) -> PresetReader:
-    return procrastinate.ProcrastinateReader(
-        stuck_after if stuck_after is not None else procrastinate.STALLED_WORKER_TIMEOUT
-    )
-
-
-def _pgqueuer(stuck_after: float | None) -> PresetReader:
-    return pgqueuer.PgqueuerReader(
-        stuck_after if stuck_after is not None else pgqueuer.HEARTBEAT_TIMEOUT
-    )
-
-
 def _pgboss(stuck_after: float | None) -> PresetReader:
     # pg-boss stores each job's own expiry and heartbeat interval: nothing to configure.
     return pgboss.PgbossReader()
@@ -76,9 +64,9 @@ def _pgboss(stuck_after: float | None) -> PresetReader:
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
-        Preset("procrastinate", "procrastinate", ">=3.10,<3.11", _procrastinate,
+        Preset("procrastinate", "procrastinate", ">=3.10,<3.11", procrastinate.ProcrastinateReader,
                procrastinate.CAPABILITIES, procrastinate.RETENTION, None, "procrastinate_jobs"),
-        Preset("pgqueuer", "pgqueuer", ">=1.6,<1.7", _pgqueuer,
+        Preset("pgqueuer", "pgqueuer", ">=1.6,<1.7", pgqueuer.PgqueuerReader,
                pgqueuer.CAPABILITIES, pgqueuer.RETENTION, "pgqueuer_indexes.sql", "pgqueuer",
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,

@@ -18,6 +18,19 @@ from exporter.model import Histogram
 Row = Mapping[str, Any]
 Results = Mapping[str, Sequence[Row]]
 Exactness = Literal["exact", "approximate", "not exported"]
+# Every preset reads its active jobs' gauges straight from the live table, so all are exact.
+EXACT_GAUGES: dict[str, Exactness] = dict.fromkeys(
+    (
+        "pending",
+        "running",
+        "scheduled",
+        "oldest_pending_age",
+        "oldest_ready_wait",
+        "running_oldest",
+        "stuck",
+    ),
+    "exact",
+)
 
 # One failure reason for libraries that store none (procrastinate) or only the last one.
 UNKNOWN_REASON = "unknown"
@@ -131,14 +144,23 @@ class RetentionHint:
     warning: str
 
 
-def load_queries(preset: str) -> dict[str, str]:
-    """Read the named SQL blocks of profiles/sql/<preset>.sql."""
-    text = resources.files("exporter.profiles").joinpath(f"sql/{preset}.sql")
+def _blocks(file: str) -> dict[str, str]:
+    text = resources.files("exporter.profiles").joinpath(f"sql/{file}").read_text(encoding="utf-8")
     blocks: dict[str, str] = {}
-    for chunk in re.split(r"^-- name: ", text.read_text(encoding="utf-8"), flags=re.MULTILINE)[1:]:
+    for chunk in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
         name, _, body = chunk.partition("\n")
         blocks[name.strip()] = body.strip()
     return blocks
+
+
+def load_queries(preset: str, *, event_log: str | None = None) -> dict[str, str]:
+    """The statements of profiles/sql/<preset>.sql plus the shared ones (sql/shared.sql):
+    the snapshot, and with ``event_log`` (the log table) the event-log horizon."""
+    shared = _blocks("shared.sql")
+    blocks = {"snapshot": shared["snapshot"], **_blocks(f"{preset}.sql")}
+    if event_log is not None:
+        blocks["horizon"] = shared["eventlog_horizon"].replace("{log}", event_log)
+    return {name: sql.replace("{sessions}", shared["sessions"]) for name, sql in blocks.items()}
 
 
 def first(rows: Sequence[Row]) -> Row:

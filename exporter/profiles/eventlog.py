@@ -27,10 +27,12 @@ class EventLogReader(ABC):
     """
 
     preset: str
+    event_log: str  # the library's log table
+    default_stuck_after: float  # the library's own heartbeat / stalled-worker timeout
 
-    def __init__(self, stuck_after: float) -> None:
-        self.stuck_after = stuck_after
-        self.sql = load_queries(self.preset)
+    def __init__(self, stuck_after: float | None = None) -> None:
+        self.stuck_after = stuck_after if stuck_after is not None else self.default_stuck_after
+        self.sql = load_queries(self.preset, event_log=self.event_log)
         self.cursor = IdWatermark()
         self.tallies = Tallies()
         self.counting = False

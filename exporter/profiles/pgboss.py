@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.profiles.base import (
+    EXACT_GAUGES,
     UNKNOWN_REASON,
     Exactness,
     Gauges,
@@ -32,13 +33,7 @@ PRESET = "pgboss"
 ACTIVE_STATES = frozenset({"created", "retry", "active"})
 
 CAPABILITIES: dict[str, Exactness] = {
-    "pending": "exact",
-    "running": "exact",
-    "scheduled": "exact",
-    "oldest_pending_age": "exact",
-    "oldest_ready_wait": "exact",
-    "running_oldest": "exact",
-    "stuck": "exact",
+    **EXACT_GAUGES,
     "held": "not exported",  # failed jobs are kept for deletion_seconds: that is history
     "enqueued": "exact",
     "completed": "exact",

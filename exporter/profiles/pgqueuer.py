@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.profiles.base import UNKNOWN_REASON, Exactness, RetentionHint, Row
+from exporter.profiles.base import EXACT_GAUGES, UNKNOWN_REASON, Exactness, RetentionHint, Row
 from exporter.profiles.eventlog import EventLogReader, last_index
 
 PRESET = "pgqueuer"
@@ -13,13 +13,7 @@ HEARTBEAT_TIMEOUT = 30.0
 HEARTBEAT_REASON = "heartbeat_timeout"
 
 CAPABILITIES: dict[str, Exactness] = {
-    "pending": "exact",
-    "running": "exact",
-    "scheduled": "exact",
-    "oldest_pending_age": "exact",
-    "oldest_ready_wait": "exact",
-    "running_oldest": "exact",
-    "stuck": "exact",
+    **EXACT_GAUGES,
     "held": "exact",
     "enqueued": "exact",
     "completed": "exact",
@@ -49,9 +43,8 @@ class PgqueuerReader(EventLogReader):
     """Reads pgqueuer / pgqueuer_log into gauges and exact tallies."""
 
     preset = PRESET
-
-    def __init__(self, stuck_after: float = HEARTBEAT_TIMEOUT) -> None:
-        super().__init__(stuck_after)
+    event_log = "pgqueuer_log"
+    default_stuck_after = HEARTBEAT_TIMEOUT
 
     def count(self, event: Row) -> None:
         """Add one pgqueuer_log row (see the statuses in docs/presets.md)."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from exporter.profiles.base import UNKNOWN_REASON, Exactness, RetentionHint, Row
+from exporter.profiles.base import EXACT_GAUGES, UNKNOWN_REASON, Exactness, RetentionHint, Row
 from exporter.profiles.eventlog import EventLogReader, last_index
 
 PRESET = "procrastinate"
@@ -12,13 +12,7 @@ STALLED_WORKER_TIMEOUT = 30.0
 ENQUEUE_EVENTS = {"deferred", "deferred_for_retry", "retried"}
 
 CAPABILITIES: dict[str, Exactness] = {
-    "pending": "exact",
-    "running": "exact",
-    "scheduled": "exact",
-    "oldest_pending_age": "exact",
-    "oldest_ready_wait": "exact",
-    "running_oldest": "exact",
-    "stuck": "exact",
+    **EXACT_GAUGES,
     "held": "not exported",  # a failed job is terminal; counting them means reading history
     "enqueued": "exact",
     "completed": "exact",
@@ -48,9 +42,8 @@ class ProcrastinateReader(EventLogReader):
     """Reads procrastinate_jobs / procrastinate_events into gauges and exact tallies."""
 
     preset = PRESET
-
-    def __init__(self, stuck_after: float = STALLED_WORKER_TIMEOUT) -> None:
-        super().__init__(stuck_after)
+    event_log = "procrastinate_events"
+    default_stuck_after = STALLED_WORKER_TIMEOUT
 
     def count(self, event: Row) -> None:
         """Add one procrastinate event (see the event types in docs/presets.md)."""

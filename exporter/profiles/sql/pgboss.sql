@@ -7,17 +7,7 @@
 -- Autocommit, before the cycle's snapshot: sessions first, then prepared transactions (the
 -- nesting fixes the order; see horizon.py).
 SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.prepared
-FROM (SELECT least(now(), min(xact_start) FILTER (WHERE pid <> pg_backend_pid())) AS lower_bound,
-             count(*) FILTER (WHERE backend_type IS NULL) AS hidden  -- rows this role may not read
-      FROM pg_stat_activity
-      WHERE datname = current_database()
-      OFFSET 0) a
-CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
-                    WHERE database = current_database() AND a.hidden >= 0 OFFSET 0) p;
-
--- name: snapshot
--- First statement of the REPEATABLE READ transaction: it fixes the snapshot the rest reads.
-SELECT extract(epoch FROM now())::float8 AS now, pg_current_snapshot()::text AS snapshot;
+{sessions};
 
 -- name: gauges
 -- The active set of each queue through job_i14 (partial on created/retry/active/failed; the
