@@ -92,11 +92,12 @@ async def sample_loop(
 ) -> None:
     """Record each finished collection's duration and the peaks, until ``stop``."""
     seen = -1.0
-    async with aiohttp.ClientSession() as session:
+    # A stopped exporter (--catch-up) answers nothing: a short timeout, and sample again.
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while not stop.is_set():
             try:
                 m = await scrape(session, port)
-            except aiohttp.ClientError:
+            except (aiohttp.ClientError, TimeoutError):
                 m = {}
             if m:
                 done = total(m, "jobqueue_exporter_collections_total")
