@@ -163,9 +163,10 @@ class Tracker:
         assert self._started_at is not None
         assert self._origin is not None
         known = self._known.get(row.job_id)
-        if known == Seen.of(row):
-            return  # re-read inside the tolerance window: already counted
-        self._known[row.job_id] = Seen.of(row)
+        seen = Seen.of(row)
+        if known == seen:
+            return  # read again (past the horizon's bound, or in a fallback window): counted
+        self._known[row.job_id] = seen
         if row.updated_at <= self._started_at:
             return  # changed before the baseline: history, not a transition we saw
         label = self.labels.label(row.job_type)
