@@ -1,6 +1,6 @@
 """The project's shape: import boundaries, one-way data flow, and the README's metric reference.
 
-The layout and the rules are the ones ../shared/CONVENTIONS.md describes: data flows
+The layout is the README's module table, and the rules are these: data flows
 sources -> settings -> service -> pollers -> db / tracker -> model -> metrics -> web, with the
 demo and the command line on top. A module may import only modules of a lower layer (or of its
 own package), so the flow cannot loop back.
