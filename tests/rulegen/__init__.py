@@ -39,10 +39,12 @@ class Case:
     series: list[tuple[str, str]]
     fire_at: str | None = None  # eval time at which the alert fires
     value: float | None = None  # its $value then
+    values: dict[str, float] = field(default_factory=dict)  # $value by severity, for twins
     labels: dict[str, str] = field(default_factory=dict)  # labels besides the rule's own
     severities: tuple[str, ...] = ()  # which twins fire (default: every rule of the alert)
     silent_at: tuple[str, ...] = ()  # eval times at which the alert must not fire
     interval: str = "30s"
+    quiet_at: tuple[str, ...] = ()  # eval times at which no alert may carry queue="q2"
 
 
 def _go_float(value: float) -> str:
@@ -103,7 +105,7 @@ def _rules(settings: AlertSettings) -> list[dict[str, Any]]:
 
 
 def _expected(case: Case, settings: AlertSettings) -> list[dict[str, Any]]:
-    assert case.value is not None, case.name
+    assert case.value is not None or case.values, case.name
     out = []
     for rule in _rules(settings):
         if rule["alert"] != case.alert:
@@ -112,7 +114,9 @@ def _expected(case: Case, settings: AlertSettings) -> list[dict[str, Any]]:
             continue
         labels = {**rule["labels"], **case.labels}
         full = {"alertname": case.alert, **labels}
-        annotations = {k: expand(v, full, case.value) for k, v in rule["annotations"].items()}
+        value = case.values.get(labels["severity"], case.value)
+        assert value is not None, case.name
+        annotations = {k: expand(v, full, value) for k, v in rule["annotations"].items()}
         out.append({"exp_labels": labels, "exp_annotations": annotations})
     assert out, f"{case.name}: no rule {case.alert} {case.severities}"
     return out
@@ -140,14 +144,19 @@ def render_cases(
                     "exp_alerts": _expected(case, settings),
                 }
             )
-        tests.append(
-            {
-                "name": case.name,
-                "interval": case.interval,
-                "input_series": [{"series": sel, "values": v} for sel, v in case.series],
-                "alert_rule_test": checks,
-            }
-        )
+        test: dict[str, Any] = {
+            "name": case.name,
+            "interval": case.interval,
+            "input_series": [{"series": sel, "values": v} for sel, v in case.series],
+            "alert_rule_test": checks,
+        }
+        if case.quiet_at:
+            # The healthy queue next to the incident: not one alert, pending or firing.
+            test["promql_expr_test"] = [
+                {"expr": 'ALERTS{queue="q2"}', "eval_time": t, "exp_samples": []}
+                for t in case.quiet_at
+            ]
+        tests.append(test)
     document = {
         "rule_files": [rules],
         "evaluation_interval": evaluation_interval,

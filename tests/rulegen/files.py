@@ -9,6 +9,7 @@ from exporter.rules import render_rules
 from exporter.settings import AlertSettings
 from tests.rulegen import render_cases
 from tests.rulegen.cases import all_cases
+from tests.rulegen.scenarios import scenarios, weekly_scenarios
 from tests.rulegen.weekly import budget_cases, weekly_cases
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +30,10 @@ def generated() -> dict[Path, str]:
     return {
         TESTS / "alerts.yml": render_cases(all_cases(), HEADER),
         TESTS / "weekly.yml": render_cases(weekly_cases(), HEADER, evaluation_interval="5m"),
+        TESTS / "scenarios.yml": render_cases(scenarios(), HEADER),
+        TESTS / "scenarios_weekly.yml": render_cases(
+            weekly_scenarios(), HEADER, evaluation_interval="5m"
+        ),
         BUDGET_RULES: render_rules(BUDGET_SETTINGS),
         TESTS / "budget" / "cost_budget.yml": render_cases(
             budget_cases(),
