@@ -94,7 +94,7 @@ def scenarios() -> list[Case]:
                     "jobqueue_exporter_collection_errors_total",
                     counter(*[(1.0, 5), (0.0, 1)] * 80),
                     reason="connection",
-                ),  # fmt: skip
+                ),
             ],
             fire_at="20m",
             value=0.85,
@@ -120,9 +120,7 @@ def scenarios() -> list[Case]:
             "JobQueueDeadlineKills",
             [
                 *healthy(n),
-                s(
-                    fail, f"0+0.0625x{3 * HOUR_30S // 2} _x{n}", job_type="crawl", reason="deadline"
-                ),  # fmt: skip
+                s(fail, f"0+0.0625x{3 * HOUR_30S // 2} _x{n}", job_type="crawl", reason="deadline"),
                 s(
                     fail,
                     f"_x{3 * HOUR_30S // 2} 0+0.0625x{n}",
@@ -130,7 +128,7 @@ def scenarios() -> list[Case]:
                     reason="deadline",
                     instance="b",
                     pod="b",
-                ),  # fmt: skip
+                ),
             ],
             fire_at="2h15m",
             value=7.5,
@@ -149,7 +147,7 @@ def scenarios() -> list[Case]:
                     counter((0.0, HOUR_30S), (1.0, n)),
                     job_type="crawl",
                     reason="lease_expired",
-                ),  # fmt: skip
+                ),
             ],
             fire_at="1h10m",
             value=7 / 17,
@@ -224,7 +222,7 @@ def weekly_scenarios() -> list[Case]:
                     "jobqueue_jobs_enqueued_total",
                     counter((10.0, week + 24), (0.0, 40)),
                     job_type="crawl",
-                ),  # fmt: skip
+                ),
             ],
             fire_at="171h",
             value=0,
