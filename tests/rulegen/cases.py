@@ -561,4 +561,137 @@ def all_cases() -> list[Case]:
         *slo_cases(),
         *health_cases(),
         *new_type_cases(),
+        *burn_branch_cases(),
+        *more_progress_cases(),
+    ]
+
+
+def r(metric: str, values: str, **labels: str) -> tuple[str, str]:
+    """A recorded series (no instance label) of queue q1."""
+    base = {"job": "jobqueue-exporter", "queue": "q1", **labels}
+    return (
+        f"{metric}{{{', '.join(f'{k}={v!r}'.replace(chr(39), chr(34)) for k, v in base.items())}}}",
+        values,
+    )
+
+
+def _burns(slo: str, job_type: str, **windows: float) -> list[tuple[str, str]]:
+    out = []
+    for window in ("5m", "30m", "1h", "2h", "6h", "1d"):
+        value = windows.get("w" + window, 0.0)
+        out.append(r(f"slo:jobqueue_{slo}_errors:burn_rate{window}", f"{value!r}x40",
+                     job_type=job_type))  # fmt: skip
+    return out
+
+
+def burn_branch_cases() -> list[Case]:
+    """Each burn-rate branch alone, fed with recorded burn rates: above, on and half the
+    factor, one window of the pair high without the other, and the events floor."""
+    out = []
+    for slo, alert, events in (
+        ("attempt", "JobQueueErrorBudgetBurn", "slo:jobqueue_attempts:increase1h"),
+        ("wait", "JobQueueWaitBudgetBurn", "slo:jobqueue_wait_events:increase1h"),
+    ):
+        for severity, long, short, factor, for_ in (
+            ("critical", "1h", "5m", 14.4, "2m"),
+            ("critical", "6h", "30m", 6.0, "2m"),
+            ("warning", "1d", "2h", 3.0, "15m"),
+        ):
+            above = factor * 1.25
+            fire = "16m" if for_ == "15m" else "3m"
+            out.append(
+                Case(
+                    f"{alert} {severity} fires on the {long}/{short} pair alone at "
+                    f"{above:g}x with exactly the events floor",
+                    alert,
+                    [
+                        *_burns(slo, "hot", **{f"w{long}": above, f"w{short}": above}),
+                        r(events, "10x40", job_type="hot"),
+                    ],
+                    fire_at=fire,
+                    value=above,
+                    labels=lab(job_type="hot"),
+                    severities=(severity,),
+                    silent_at=("1m",) if for_ == "15m" else (),
+                )
+            )
+            series = []
+            for job_type, windows, count in (
+                ("on", {f"w{long}": factor, f"w{short}": factor}, "100"),
+                ("half", {f"w{long}": factor * 0.75, f"w{short}": factor * 0.75}, "100"),
+                ("long", {f"w{long}": above, f"w{short}": 0.0}, "100"),
+                ("short", {f"w{long}": 0.0, f"w{short}": above}, "100"),
+                ("few", {f"w{long}": above, f"w{short}": above}, "7"),
+            ):
+                series += [
+                    *_burns(slo, job_type, **windows),
+                    r(events, f"{count}x40", job_type=job_type),
+                ]
+            out.append(
+                Case(
+                    f"{alert} {severity} stays silent on the {long}/{short} pair at the "
+                    "factor, below it, with one window high, and below the events floor",
+                    alert,
+                    series,
+                    silent_at=("5m", "18m"),
+                )
+            )
+    return out
+
+
+def more_progress_cases() -> list[Case]:
+    ready = "jobqueue_jobs"
+    done = "jobqueue_jobs_completed_total"
+    return [
+        Case(
+            "JobQueueNoProgress fires for a single job that waits now and then",
+            "JobQueueNoProgress",
+            [
+                s(ready, "1 0 " * 20, job_type="one", status="pending"),
+                s(ready, "0 1 " * 20, job_type="one", status="running"),
+                s("jobqueue_stuck_jobs", "0 1 " * 20, job_type="one", reason="lease_expired"),
+                s(done, "0x40", job_type="one"),
+            ],
+            fire_at="5m",
+            value=1,
+            labels=lab(job_type="one"),
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueNoProgress stays silent on one completion or failure in 15m, one valid "
+            "lease now and then, and an empty queue",
+            "JobQueueNoProgress",
+            [
+                s(ready, "5x60", job_type="done1", status="pending"),
+                s(done, "0x9 1x60", job_type="done1"),
+                s(ready, "5x60", job_type="fail1", status="pending"),
+                s("jobqueue_job_failures_total", "0x9 1x60", job_type="fail1", reason="error"),
+                s(ready, "5x60", job_type="lease1", status="pending"),
+                s(ready, "1 0 " * 30, job_type="lease1", status="running"),
+                s(ready, "0x60", job_type="empty", status="pending"),
+                s(done, "0x60", job_type="empty"),
+            ],
+            silent_at=("10m", "14m", "18m"),
+        ),
+        Case(
+            "JobQueueHighFailureRatio counts every reason and both pods: exactly half is silent",
+            "JobQueueHighFailureRatio",
+            [
+                s("jobqueue_job_failures_total", "0+1x150", job_type="split", reason="error"),
+                s("jobqueue_job_failures_total", "0+1x150", job_type="split", reason="deadline"),
+                s(done, "0+2x75 _x75", job_type="split"),
+                s(done, "_x75 150+2x75", job_type="split", instance="b", pod="b"),
+            ],
+            silent_at=("50m", "70m"),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm counts every reason: exactly a fifth is silent",
+            "JobQueueWorkerCrashStorm",
+            [
+                s("jobqueue_job_failures_total", "0+1x60", job_type="mix", reason="lease_expired"),
+                s("jobqueue_job_failures_total", "0+1x60", job_type="mix", reason="error"),
+                s(done, "0+3x60", job_type="mix"),
+            ],
+            silent_at=("10m", "25m"),
+        ),
     ]
