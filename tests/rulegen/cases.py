@@ -21,10 +21,10 @@ def gauge_cases() -> list[Case]:
             "JobQueueJobsStuck fires once for two pods when expired leases stay for 5m+5m",
             "JobQueueJobsStuck",
             [
-                s("jobqueue_stuck_jobs", "0x3 2x40", job_type="crawl", reason="lease_expired"),
+                s("jobqueue_stuck_jobs", "0x3 1x40", job_type="crawl", reason="lease_expired"),
                 s(
                     "jobqueue_stuck_jobs",
-                    "0x3 2x40",
+                    "0x3 1x40",
                     job_type="crawl",
                     reason="lease_expired",
                     instance="b",
@@ -32,7 +32,7 @@ def gauge_cases() -> list[Case]:
                 s("jobqueue_stuck_jobs", "0x3 1x40", job_type="crawl", reason="overrun"),
             ],
             fire_at="12m",
-            value=2,
+            value=1,
             labels=lab(job_type="crawl", reason="lease_expired"),
             silent_at=("11m30s",),
         ),
@@ -275,7 +275,10 @@ def counter_cases() -> list[Case]:
         Case(
             "JobQueueDeadLetterGrowing fires above 10 dead jobs per hour",
             "JobQueueDeadLetterGrowing",
-            [s("jobqueue_jobs_dead_total", "0+0.125x200", job_type="crawl", reason="error")],
+            [
+                s("jobqueue_jobs_dead_total", "0+0.0625x200", job_type="crawl", reason="error"),
+                s("jobqueue_jobs_dead_total", "0+0.0625x200", job_type="crawl", reason="deadline"),
+            ],
             fire_at="1h",
             value=15,
             labels=lab(job_type="crawl"),
@@ -314,8 +317,8 @@ def counter_cases() -> list[Case]:
             "JobQueueMalformedRows fires when a tenth of the completions lose their cost",
             "JobQueueMalformedRows",
             [
-                s("jobqueue_exporter_malformed_rows_total", "0+1x200", field="cost"),
-                s("jobqueue_exporter_malformed_rows_total", "0x200", field="result"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="cost"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="result"),
                 s(done, "0+5x200", job_type="crawl"),
                 s(done, "0+5x200", job_type="mail"),
             ],
@@ -428,8 +431,8 @@ def health_cases() -> list[Case]:
             "JobQueueCollectionErrors",
             [
                 s("jobqueue_exporter_collections_total", "0+1x60"),
-                s("jobqueue_exporter_collection_errors_total", "0+0.5x60", reason="connection"),
-                s("jobqueue_exporter_collection_errors_total", "0x60", reason="timeout"),
+                s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="connection"),
+                s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="timeout"),
             ],
             fire_at="5m30s",
             value=0.5,
@@ -479,11 +482,11 @@ def health_cases() -> list[Case]:
             "JobQueueCollectionSlow fires when collections take 90% of the timeout for 15m",
             "JobQueueCollectionSlow",
             [
-                s("jobqueue_exporter_collection_duration_seconds", "9x60"),
+                s("jobqueue_exporter_collection_duration_seconds", "9.5 8.5 " * 30),
                 s("jobqueue_exporter_collection_timeout_seconds", "10x60"),
             ],
             fire_at="15m",
-            value=0.9,
+            value=99.5 / 110,
             labels=lab(),
             silent_at=("14m30s",),
         ),
@@ -491,8 +494,10 @@ def health_cases() -> list[Case]:
             "JobQueueCollectionSlow stays silent at exactly 80% of the timeout",
             "JobQueueCollectionSlow",
             [
-                s("jobqueue_exporter_collection_duration_seconds", "8x60"),
+                s("jobqueue_exporter_collection_duration_seconds", "8.5 7 " * 30),
                 s("jobqueue_exporter_collection_timeout_seconds", "10x60"),
+                s("jobqueue_exporter_collection_duration_seconds", "8x60", instance="b"),
+                s("jobqueue_exporter_collection_timeout_seconds", "10x60", instance="b"),
             ],
             silent_at=("20m", "29m"),
         ),
@@ -514,9 +519,9 @@ def health_cases() -> list[Case]:
         Case(
             "JobQueueLabelCapReached fires when job types are folded for an hour",
             "JobQueueLabelCapReached",
-            [s("jobqueue_exporter_job_types_folded", "3x150")],
+            [s("jobqueue_exporter_job_types_folded", "1 0 " * 75)],
             fire_at="1h",
-            value=3,
+            value=1,
             labels=lab(),
             silent_at=("59m30s",),
         ),
@@ -563,6 +568,7 @@ def all_cases() -> list[Case]:
         *new_type_cases(),
         *burn_branch_cases(),
         *more_progress_cases(),
+        *deadline_step_cases(),
     ]
 
 
@@ -617,8 +623,10 @@ def burn_branch_cases() -> list[Case]:
             )
             series = []
             for job_type, windows, count in (
-                ("on", {f"w{long}": factor, f"w{short}": factor}, "100"),
-                ("half", {f"w{long}": factor * 0.75, f"w{short}": factor * 0.75}, "100"),
+                ("longon", {f"w{long}": factor, f"w{short}": above}, "100"),
+                ("shorton", {f"w{long}": above, f"w{short}": factor}, "100"),
+                ("longhalf", {f"w{long}": factor * 0.75, f"w{short}": above}, "100"),
+                ("shorthalf", {f"w{long}": above, f"w{short}": factor * 0.75}, "100"),
                 ("long", {f"w{long}": above, f"w{short}": 0.0}, "100"),
                 ("short", {f"w{long}": 0.0, f"w{short}": above}, "100"),
                 ("few", {f"w{long}": above, f"w{short}": above}, "7"),
@@ -693,5 +701,38 @@ def more_progress_cases() -> list[Case]:
                 s(done, "0+3x60", job_type="mix"),
             ],
             silent_at=("10m", "25m"),
+        ),
+    ]
+
+
+def deadline_step_cases() -> list[Case]:
+    fail = "jobqueue_job_failures_total"
+    return [
+        Case(
+            "JobQueueDeadlineKills: 20 kills at once raise the warning only, for the hour",
+            "JobQueueDeadlineKills",
+            [s(fail, "0x120 20x80", job_type="burst", reason="deadline")],
+            fire_at="1h15m",
+            value=20,
+            labels=lab(job_type="burst", reason="deadline"),
+            severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills: exactly 30 kills in the hour raise the warning only",
+            "JobQueueDeadlineKills",
+            [s(fail, "0x120 30x80", job_type="thirty", reason="deadline")],
+            fire_at="1h15m",
+            value=30,
+            labels=lab(job_type="thirty", reason="deadline"),
+            severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills stays silent on exactly 5 and on 4 kills at once",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0x120 5x80", job_type="five", reason="deadline"),
+                s(fail, "0x120 4x80", job_type="four", reason="deadline"),
+            ],
+            silent_at=("1h15m", "1h25m", "1h35m"),
         ),
     ]

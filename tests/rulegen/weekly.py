@@ -100,9 +100,9 @@ def weekly_cases() -> list[Case]:
             interval="5m",
         ),
         Case(
-            "JobQueueCostNewJobType stays silent for a type that spent a week ago",
+            "JobQueueCostNewJobType stays silent for a type that spent a little a week ago",
             "JobQueueCostNewJobType",
-            [s(COST, steady(1.0, WEEK + 36), job_type="old", component="ai")],
+            [s(COST, steady(0.5 / 12, WEEK + 12, 2.5, 36), job_type="old", component="ai")],
             silent_at=("169h", "171h"),
             interval="5m",
         ),
