@@ -306,7 +306,7 @@ def alerting_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
         _alert(
             a,
             "JobQueueDeadLetterSize",
-            expr=f"{b.gap(DEAD_JOBS)} > {n(a.dead_letter_size)}",
+            expr=f"{b.gap(DEAD_JOBS, 'min_over_time')} > {n(a.dead_letter_size)}",
             for_=a.dead_letter_size_for,
             severity="warning",
             summary="Many dead jobs stand in the dead letter.",

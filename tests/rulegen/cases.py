@@ -52,14 +52,14 @@ def gauge_cases() -> list[Case]:
             [
                 s(
                     "jobqueue_running_oldest_seconds",
-                    "0+30x60 _ 1830+30x7 _ 2100+30x20",
+                    "0+30x61 _x6 2040+30x30",
                     job_type="crawl",
                 )
             ],
-            fire_at="36m",
+            fire_at="35m30s",
             value=2130,
             labels=lab(job_type="crawl"),
-            silent_at=("35m30s",),
+            silent_at=("35m",),
         ),
         Case(
             "JobQueueJobOverrun stays silent on a run of exactly 30m",
@@ -70,7 +70,7 @@ def gauge_cases() -> list[Case]:
         Case(
             "JobQueueReaperNotRunning fires once an expired lease is unreaped past 10m for 5m",
             "JobQueueReaperNotRunning",
-            [s("jobqueue_lease_expired_oldest_seconds", "0+30x60", job_type="crawl")],
+            [s("jobqueue_lease_expired_oldest_seconds", "0+30x23 _x6 900+30x40", job_type="crawl")],
             fire_at="15m30s",
             value=930,
             labels=lab(job_type="crawl"),
@@ -88,12 +88,12 @@ def gauge_cases() -> list[Case]:
             [
                 s(
                     "jobqueue_oldest_ready_wait_seconds",
-                    "0+30x30 _ 960+30x7 _ 1230+30x7 _ 1500+30x7 _ 1770+30x20",
+                    "0+30x30 _ 960+30x7 _x6 1380+30x7 _ 1650+30x20",
                     job_type="crawl",
                 )
             ],
             fire_at="21m",
-            value=1260,
+            value=1170,
             labels=lab(job_type="crawl"),
             silent_at=("20m30s",),
         ),
@@ -106,7 +106,7 @@ def gauge_cases() -> list[Case]:
         Case(
             "JobQueueDeadLetterSize fires when more than 100 dead jobs stand for 5m+30m",
             "JobQueueDeadLetterSize",
-            [s("jobqueue_jobs", "_x9 101x100", job_type="crawl", status="dead")],
+            [s("jobqueue_jobs", "_x9 101x30 _x6 101x60", job_type="crawl", status="dead")],
             fire_at="34m30s",
             value=101,
             labels=lab(job_type="crawl", status="dead"),
@@ -118,6 +118,7 @@ def gauge_cases() -> list[Case]:
             [
                 s("jobqueue_jobs", "100x100", job_type="crawl", status="dead"),
                 s("jobqueue_jobs", "0 500x5 0x100", job_type="peak", status="dead"),
+                s("jobqueue_jobs", "500 0 " * 50, job_type="flicker", status="dead"),
                 s("jobqueue_jobs", "500x100", job_type="crawl", status="pending"),
             ],
             silent_at=("40m", "50m"),
@@ -184,11 +185,11 @@ def progress_cases() -> list[Case]:
             "JobQueueSlowDrain",
             [
                 s(ready, "1000+10x120", job_type="crawl", status="pending"),
-                # 0.125 completions/s: 1000+ ready jobs take over 8000s.
-                s("jobqueue_jobs_completed_total", "0+3.75x120", job_type="crawl"),
+                # 0.2 completions/s: 1300 ready jobs take about 6500s, more so early on.
+                s("jobqueue_jobs_completed_total", "0+6x120", job_type="crawl"),
             ],
             fire_at="16m",
-            value=19800,
+            value=12375,
             labels=lab(job_type="crawl"),
             silent_at=("15m",),
         ),
@@ -198,6 +199,12 @@ def progress_cases() -> list[Case]:
             [
                 s(ready, "5000-10x120", job_type="shrink", status="pending"),
                 s("jobqueue_jobs_completed_total", "0+3.75x120", job_type="shrink"),
+                # About an hour to drain: growing, but under the 2h limit.
+                s(ready, "1000+1x120", job_type="hour", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+7.5x120", job_type="hour"),
+                # Flat backlog, slow drain: not growing.
+                s(ready, "2000x120", job_type="flat", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+1x120", job_type="flat"),
                 s(ready, "100+1x120", job_type="fast", status="pending"),
                 s("jobqueue_jobs_completed_total", "0+30x120", job_type="fast"),
             ],
@@ -240,6 +247,17 @@ def counter_cases() -> list[Case]:
             value=7.5,
             labels=lab(job_type="crawl", reason="deadline"),
             severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills critical counts both pods across a rollout",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0+0.3125x120 _x100", job_type="crawl", reason="deadline"),
+                s(fail, "_x120 0+0.3125x100", job_type="crawl", reason="deadline", instance="b"),
+            ],
+            fire_at="1h30m",
+            value=37.7,
+            labels=lab(job_type="crawl", reason="deadline"),
         ),
         Case(
             "JobQueueDeadlineKills stays silent at 4.5 per hour and on error failures",
@@ -519,7 +537,7 @@ def health_cases() -> list[Case]:
         Case(
             "JobQueueLabelCapReached fires when job types are folded for an hour",
             "JobQueueLabelCapReached",
-            [s("jobqueue_exporter_job_types_folded", "1 0 " * 75)],
+            [s("jobqueue_exporter_job_types_folded", "1 0 " * 25 + "_x6 " + "1 0 " * 50)],
             fire_at="1h",
             value=1,
             labels=lab(),
