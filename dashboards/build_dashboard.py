@@ -716,7 +716,9 @@ def capacity_row() -> list[dict[str, Any]]:
             "short",
             [
                 target(
-                    f"count by (version) (jobqueue_exporter_build_info{{{E}}})",
+                    # Process-level: build_info has no queue label.
+                    'count by (version) (jobqueue_exporter_build_info{job=~"$job", '
+                    'instance=~"$instance"})',
                     "{{version}}",
                     instant=True,
                 )
