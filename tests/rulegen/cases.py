@@ -47,12 +47,12 @@ def gauge_cases() -> list[Case]:
             silent_at=("10m", "15m", "20m"),
         ),
         Case(
-            "JobQueueJobOverrun fires 5m after a run passes 30m, through failed scrapes",
+            "JobQueueJobOverrun fires 5m after a run passes 30m, through 3 minutes of failed scrapes",
             "JobQueueJobOverrun",
             [
                 s(
                     "jobqueue_running_oldest_seconds",
-                    "0+30x61 _x6 2040+30x30",
+                    "0+30x61 stale _x5 2040+30x30",
                     job_type="crawl",
                 )
             ],
@@ -70,7 +70,13 @@ def gauge_cases() -> list[Case]:
         Case(
             "JobQueueReaperNotRunning fires once an expired lease is unreaped past 10m for 5m",
             "JobQueueReaperNotRunning",
-            [s("jobqueue_lease_expired_oldest_seconds", "0+30x23 _x6 900+30x40", job_type="crawl")],
+            [
+                s(
+                    "jobqueue_lease_expired_oldest_seconds",
+                    "0+30x23 stale _x5 900+30x40",
+                    job_type="crawl",
+                )
+            ],
             fire_at="15m30s",
             value=930,
             labels=lab(job_type="crawl"),
@@ -88,7 +94,7 @@ def gauge_cases() -> list[Case]:
             [
                 s(
                     "jobqueue_oldest_ready_wait_seconds",
-                    "0+30x30 _ 960+30x7 _x6 1380+30x7 _ 1650+30x20",
+                    "0+30x30 stale 960+30x7 stale _x5 1380+30x7 stale 1650+30x20",
                     job_type="crawl",
                 )
             ],
@@ -106,7 +112,7 @@ def gauge_cases() -> list[Case]:
         Case(
             "JobQueueDeadLetterSize fires when more than 100 dead jobs stand for 5m+30m",
             "JobQueueDeadLetterSize",
-            [s("jobqueue_jobs", "_x9 101x30 _x6 101x60", job_type="crawl", status="dead")],
+            [s("jobqueue_jobs", "_x9 101x30 stale _x5 101x60", job_type="crawl", status="dead")],
             fire_at="34m30s",
             value=101,
             labels=lab(job_type="crawl", status="dead"),
@@ -537,7 +543,7 @@ def health_cases() -> list[Case]:
         Case(
             "JobQueueLabelCapReached fires when job types are folded for an hour",
             "JobQueueLabelCapReached",
-            [s("jobqueue_exporter_job_types_folded", "1 0 " * 25 + "_x6 " + "1 0 " * 50)],
+            [s("jobqueue_exporter_job_types_folded", "1 0 " * 25 + "stale _x5 " + "1 0 " * 50)],
             fire_at="1h",
             value=1,
             labels=lab(),

@@ -73,7 +73,7 @@ def scenarios() -> list[Case]:
                 *healthy(n),
                 s(
                     "jobqueue_oldest_ready_wait_seconds",
-                    " ".join(f"{1000 + 270 * k}+30x7 _" for k in range(40)),
+                    " ".join(f"{1000 + 270 * k}+30x7 stale" for k in range(40)),
                     job_type="crawl",
                 ),
             ],
