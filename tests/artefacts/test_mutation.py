@@ -7,7 +7,7 @@ generated test cases of the alerts that read the mutated rule (a baseline rule: 
 that read it), in parallel. The suite must kill at least 95 % of the mutants; survivors are
 printed. Long scenario files (a fortnight of history) are left to the suite's own run.
 
-Issue 15 asks for 95 %; the suite kills 78 % today (209 of 268). MIN_SCORE is that floor, so a
+Issue 15 asks for 95 %; the suite kills 79 % today (212 of 268). MIN_SCORE is that floor, so a
 weaker suite fails here; the survivors printed are the work left (mostly equivalent mutants:
 sum/max over non-negative counts compared with 0, halved windows over steady rates, and the
 week-old baselines, whose fortnight scenarios are too slow to run per mutant).
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "jobqueue.rules.yml"
 TEST_FILES = [ROOT / "alerts" / "tests" / n for n in ("alerts.yml", "weekly.yml", "scenarios.yml")]
 MUTATED_GROUPS = ("jobqueue-exporter.alerts", "jobqueue-exporter.baselines")
-MIN_SCORE = 0.78  # issue 15's target: 0.95
+MIN_SCORE = 0.79  # issue 15's target: 0.95
 
 pytestmark = pytest.mark.slow
 
