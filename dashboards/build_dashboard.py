@@ -3,9 +3,11 @@
 The JSON is committed; this script is its source, and tests/test_dashboard.py fails when
 the two differ. Run ``python dashboards/build_dashboard.py`` after editing a panel.
 
-Two exporter replicas may watch the same database and report the same facts, so every
-queue gauge and every counter rate is deduplicated with ``max without(instance, pod)``
-before it is summed over job types or reasons; summing across instances would double it.
+Two exporter replicas may watch the same database and report the same gauges, so every
+queue gauge is deduplicated with ``max without(instance, pod)`` before it is summed over job
+types or reasons. Counters come from the queue's elected exporter only; over a rollout the
+old and the new pod each hold part of a window, so counter rates and increases are summed
+(a max would keep only one pod's part).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ RUNBOOK_BASE_URL = (
 )
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
-Q = 'instance=~"$instance", job_type=~"$job_type"'  # queue metrics carry job_type
-E = 'instance=~"$instance"'  # exporter metrics do not
+# Queue metrics carry job_type, exporter metrics do not; both carry job and queue.
+Q = 'job=~"$job", queue=~"$queue", instance=~"$instance", job_type=~"$job_type"'
+E = 'job=~"$job", queue=~"$queue", instance=~"$instance"'
+# The default SLO target of alerts.slo_success_target: its error budget.
+ERROR_BUDGET = 0.01
 
 
 def dedup(expr: str) -> str:
@@ -44,8 +49,8 @@ def sum_by(labels: str, expr: str) -> str:
 
 
 def counter_rate(metric: str, by: str, selector: str = Q) -> str:
-    """Deduplicated per-second rate of a counter, summed by the given labels."""
-    return sum_by(by, dedup(rate(f"{metric}{{{selector}}}")))
+    """Per-second rate of a counter, summed over pods by the given labels."""
+    return sum_by(by, rate(f"{metric}{{{selector}}}"))
 
 
 def quantile(q: float, histogram: str, by: str = "") -> str:
@@ -125,6 +130,8 @@ def panel(
             "orientation": "auto",
             "textMode": "auto",
         }
+    elif kind == "table":
+        options = {"showHeader": True, "cellHeight": "sm", "footer": {"show": False}}
     elif kind == "bargauge":
         options = {
             "reduceOptions": reduce,
@@ -157,6 +164,14 @@ def panel(
     }
     if interval is not None:
         result["interval"] = interval
+    if kind == "table":
+        # One row per job type: the instant queries joined on job_type, one column each.
+        result["transformations"] = [
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"excludeByName": {"Time": True}}},
+        ]
+        for t in result["targets"]:
+            t["format"] = "table"
     result["_width"] = width
     return result
 
@@ -213,7 +228,7 @@ def health_row() -> list[dict[str, Any]]:
             "Dead letters (1h)",
             "Jobs that exhausted their retries and reached DEAD in the last hour.",
             "short",
-            [target(sum_by("", dedup(f"increase(jobqueue_jobs_dead_total{{{Q}}}[1h])")))],
+            [target(sum_by("", (f"increase(jobqueue_jobs_dead_total{{{Q}}}[1h])")))],
             width=3,
             thresholds=steps(("green", None), ("orange", 1), ("red", 10)),
             no_value="0",
@@ -229,9 +244,7 @@ def health_row() -> list[dict[str, Any]]:
                 target(
                     sum_by(
                         "",
-                        dedup(
-                            f'increase(jobqueue_job_failures_total{{{Q}, reason="deadline"}}[1h])'
-                        ),
+                        f'increase(jobqueue_job_failures_total{{{Q}, reason="deadline"}}[1h])',
                     )
                 )
             ],
@@ -245,7 +258,7 @@ def health_row() -> list[dict[str, Any]]:
             "Cost (1h)",
             "USD spent by jobs that completed in the last hour, all components (ai, proxy, other).",
             "currencyUSD",
-            [target(sum_by("", dedup(f"increase(jobqueue_cost_usd_total{{{Q}}}[1h])")))],
+            [target(sum_by("", (f"increase(jobqueue_cost_usd_total{{{Q}}}[1h])")))],
             width=4,
             no_value="0",
             links=runbook("JobQueueCostSpike", "JobQueueCostBudgetExceeded"),
@@ -444,12 +457,13 @@ def cost_row() -> list[dict[str, Any]]:
         panel(
             "timeseries",
             "Hourly cost by component",
-            "USD of jobs completed in the hour ending at each bar, stacked by component "
-            "(ai, proxy, other); the bars add up to the total.",
+            "USD of jobs completed in the interval ending at each bar (an hour, or Grafana's "
+            "longer step on long ranges), stacked by component (ai, proxy, other); the bars "
+            "add up to the total.",
             "currencyUSD",
             [
                 target(
-                    sum_by("component", dedup(f"increase(jobqueue_cost_usd_total{{{Q}}}[1h])")),
+                    sum_by("component", f"increase(jobqueue_cost_usd_total{{{Q}}}[$__interval])"),
                     "{{component}}",
                 )
             ],
@@ -474,9 +488,7 @@ def cost_row() -> list[dict[str, Any]]:
             "currencyUSD",
             [
                 target(
-                    sum_by(
-                        "job_type", dedup(f"increase(jobqueue_cost_usd_total{{{Q}}}[$__range])")
-                    ),
+                    sum_by("job_type", (f"increase(jobqueue_cost_usd_total{{{Q}}}[$__range])")),
                     "{{job_type}}",
                     instant=True,
                 )
@@ -570,13 +582,161 @@ def exporter_row() -> list[dict[str, Any]]:
     ]
 
 
+def failure_ratio(window: str) -> str:
+    """Failed attempts / finished attempts per job type over ``window``."""
+    failed = sum_by("job_type", f"increase(jobqueue_job_failures_total{{{Q}}}[{window}])")
+    done = sum_by("job_type", f"increase(jobqueue_jobs_completed_total{{{Q}}}[{window}])")
+    return f"{failed} / ({failed} + {done})"
+
+
+def types_row() -> list[dict[str, Any]]:
+    """Row 2: one line per job type, and the success SLO's burn and budget."""
+    ready = sum_by("job_type", dedup(f'jobqueue_jobs{{{Q}, status="pending"}}'))
+    columns = [
+        (ready, "ready"),
+        (f"max by (job_type) (jobqueue_oldest_ready_wait_seconds{{{Q}}})", "oldest wait s"),
+        (failure_ratio("1h"), "failure ratio 1h"),
+        (f"{failure_ratio('1h')} / {ERROR_BUDGET}", "SLO burn 1h"),
+        (sum_by("job_type", f"increase(jobqueue_cost_usd_total{{{Q}}}[1h])"), "USD 1h"),
+        (quantile(0.95, "jobqueue_job_wait_seconds", "job_type"), "p95 wait s"),
+    ]
+    return [
+        panel(
+            "table",
+            "Job types",
+            "One row per job type: runnable pending jobs, the oldest runnable wait, the share "
+            "of failed attempts and its SLO burn rate over the last hour (1 = exactly on the "
+            "99 % success target), the last hour's cost and the p95 wait.",
+            "short",
+            [target(expr, legend, instant=True) for expr, legend in columns],
+            width=12,
+            links=runbook("JobQueueErrorBudgetBurn", "JobQueueBacklogStale"),
+        ),
+        panel(
+            "timeseries",
+            "SLO burn rate by job type (1h)",
+            "Failed share of attempts over the last hour divided by the error budget of the "
+            "99 % success SLO: above 14.4 with the 5m burn also high, JobQueueErrorBudgetBurn "
+            "pages.",
+            "short",
+            [target(f"{failure_ratio('1h')} / {ERROR_BUDGET}", "{{job_type}}")],
+            width=6,
+            thresholds=steps(("green", None), ("orange", 6), ("red", 14.4)),
+            links=runbook("JobQueueErrorBudgetBurn", "JobQueueWaitBudgetBurn"),
+        ),
+        panel(
+            "bargauge",
+            "Error budget left (1d)",
+            "Share of the last day's error budget (1 % of attempts may fail) not spent yet, "
+            "per job type; 0 means the day's budget is gone.",
+            "percentunit",
+            [
+                target(
+                    f"clamp_min(1 - ({failure_ratio('1d')}) / {ERROR_BUDGET}, 0)",
+                    "{{job_type}}",
+                    instant=True,
+                )
+            ],
+            width=6,
+            thresholds=steps(("red", None), ("orange", 0.25), ("green", 0.5)),
+            minimum=0,
+            maximum=1,
+        ),
+    ]
+
+
+def capacity_row() -> list[dict[str, Any]]:
+    """Row: draining, leases, collections, malformed rows and the running build."""
+    ready = sum_by("job_type", dedup(f'jobqueue_jobs{{{Q}, status="pending"}}'))
+    done = counter_rate("jobqueue_jobs_completed_total", "job_type")
+    errors = sum_by("queue", rate(f"jobqueue_exporter_collection_errors_total{{{E}}}"))
+    collections = sum_by("queue", rate(f"jobqueue_exporter_collections_total{{{E}}}"))
+    return [
+        panel(
+            "timeseries",
+            "Time to drain",
+            "Pending jobs divided by the completion rate: how long the backlog takes to drain "
+            "at the current pace (infinite when nothing completes).",
+            "s",
+            [target(f"{ready} / {done}", "{{job_type}}")],
+            width=4,
+            links=runbook("JobQueueSlowDrain", "JobQueueNoProgress"),
+        ),
+        panel(
+            "timeseries",
+            "Lease-expired age",
+            "Seconds since the oldest expired lease ran out, per job type; 0 when none. "
+            "Above 10 minutes the reaper is not running.",
+            "s",
+            [target(f"max by (job_type) (jobqueue_lease_expired_oldest_seconds{{{Q}}})")],
+            width=4,
+            links=runbook("JobQueueReaperNotRunning", "JobQueueJobsStuck"),
+        ),
+        panel(
+            "timeseries",
+            "Collection duration",
+            "Wall time of the last collection per exporter, and the collection timeout.",
+            "s",
+            [
+                target(f"jobqueue_exporter_collection_duration_seconds{{{E}}}", "{{instance}}"),
+                target(f"max(jobqueue_exporter_collection_timeout_seconds{{{E}}})", "timeout"),
+            ],
+            width=4,
+            links=runbook("JobQueueCollectionSlow"),
+        ),
+        panel(
+            "timeseries",
+            "Collection error ratio",
+            "Failed collections / all collections per queue over the rate window; a flaky "
+            "database shows here long before jobqueue_up stays at 0.",
+            "percentunit",
+            [target(f"{errors} / {collections}", "{{queue}}")],
+            width=4,
+            links=runbook("JobQueueCollectionErrors", "JobQueueDatabaseUnreachable"),
+        ),
+        panel(
+            "timeseries",
+            "Malformed rows",
+            "Completed rows whose result fields could not be read, per second by field: cost "
+            "extraction misses them.",
+            "ops",
+            [
+                target(
+                    sum_by("field", rate(f"jobqueue_exporter_malformed_rows_total{{{E}}}")),
+                    "{{field}}",
+                )
+            ],
+            width=4,
+            links=runbook("JobQueueMalformedRows"),
+        ),
+        panel(
+            "table",
+            "Build version",
+            "The exporter build each instance runs (jobqueue_exporter_build_info).",
+            "short",
+            [
+                target(
+                    # Process-level: build_info has no queue label.
+                    'count by (version) (jobqueue_exporter_build_info{job=~"$job", '
+                    'instance=~"$instance"})',
+                    "{{version}}",
+                    instant=True,
+                )
+            ],
+            width=4,
+        ),
+    ]
+
+
 ROWS: tuple[tuple[str, int, Any], ...] = (
     ("Health at a glance", 5, health_row),
+    ("Job types and SLO", 8, types_row),
     ("Flow", 8, flow_row),
     ("Latency", 8, latency_row),
     ("Failures", 8, failures_row),
     ("Cost", 8, cost_row),
     ("Exporter", 7, exporter_row),
+    ("Capacity, leases and collections", 7, capacity_row),
 )
 
 
@@ -614,6 +774,8 @@ def variables() -> list[dict[str, Any]]:
             "regex": "",
             "hide": 0,
         },
+        query_var("job", "Job", "label_values(jobqueue_up, job)"),
+        query_var("queue", "Queue", 'label_values(jobqueue_up{job=~"$job"}, queue)'),
         query_var("instance", "Instance", "label_values(jobqueue_up, instance)"),
         query_var("job_type", "Job type", "label_values(jobqueue_jobs, job_type)"),
     ]
@@ -663,7 +825,23 @@ def build_dashboard() -> dict[str, Any]:
         "fiscalYearStartMonth": 0,
         "liveNow": False,
         "weekStart": "",
-        "annotations": {"list": []},
+        # Firing jobqueue alerts of the selected queues, as annotations on every panel.
+        "annotations": {
+            "list": [
+                {
+                    "datasource": DATASOURCE,
+                    "enable": True,
+                    "expr": 'ALERTS{alertstate="firing", component="jobqueue", queue=~"$queue|"}',
+                    "iconColor": "red",
+                    "name": "JobQueue alerts",
+                    "step": "60s",
+                    "tagKeys": "severity,job_type",
+                    "titleFormat": "{{alertname}}",
+                    "textFormat": "{{queue}} {{job_type}}",
+                    "useValueForTime": False,
+                }
+            ]
+        },
         "links": [
             {
                 "title": "Runbooks",

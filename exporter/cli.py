@@ -53,6 +53,7 @@ _METAVARS = {
     Kind.TABLE: "TABLE",
     Kind.NAME: "NAME",
     Kind.JOB_TYPES: "N=NAME,...",
+    Kind.BY_JOB_TYPE: "TYPE=VALUE,...",
     Kind.JSON_PATH: "KEY.KEY",
     Kind.BUCKETS: "S,S,...",
     Kind.LISTEN_ADDRESS: "HOST:PORT",

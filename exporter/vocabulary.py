@@ -72,6 +72,9 @@ DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/doc
 RUNBOOK_BASE_URL = (
     "https://github.com/jobqueue-exporter/jobqueue-exporter/blob/main/docs/runbooks.md"
 )
+# The shipped Grafana dashboard (dashboards/jobqueue.json, uid jobqueue-exporter) on a
+# placeholder Grafana; alerts link to it with their labels as dashboard variables.
+DASHBOARD_URL = "https://grafana.example.invalid/d/jobqueue-exporter/jobqueue"
 
 PROJECT = "jobqueue-exporter"
 DEFAULT_PORT = 10049

@@ -1,4 +1,5 @@
-"""Recording rules: deduplicated gauges, hourly increases and the ops()/cost_buckets() set."""
+"""Recording rules: deduplicated gauges, summed hourly increases and the ops()/cost_buckets()
+set. Gauges take the max over a queue's exporters, counters the sum (see promql.SUM)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from exporter.rules.promql import (
     Builder,
 )
 from exporter.settings import AlertSettings
+
+RUNNING = 'status="running"'
+EXPIRED = 'reason="lease_expired"'
+COMPLETED = "jobqueue_jobs_completed_total"
 
 
 def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
@@ -31,6 +36,10 @@ def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
         f"  {pending} * 0\n"
         ")"
     )
+    running = f"max without(instance, pod, status) ({b.sel('jobqueue_jobs', RUNNING)})"
+    expired = f"max without(instance, pod, reason) ({b.sel('jobqueue_stuck_jobs', EXPIRED)})"
+    # A job type without an expired-lease series has none: subtract 0.
+    leased = f"{running}\n-\n(\n  {expired}\n  or\n  {running} * 0\n)"
     duration_mean = (
         f"sum without(job_type) ({b.increase('jobqueue_job_duration_seconds_sum', hour)})\n"
         f"/\n"
@@ -55,6 +64,16 @@ def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
             b.dedup(b.sel("jobqueue_lease_expired_oldest_seconds")),
         ),
         rec(
+            "job_type:jobqueue_running_oldest_seconds:max",
+            b.dedup(b.sel("jobqueue_running_oldest_seconds")),
+        ),
+        # Running jobs whose lease is still valid: a live worker holds each of them.
+        rec("job_type:jobqueue_jobs_running_leased:max", leased),
+        rec(
+            "job_type:jobqueue_jobs_enqueued:increase1h",
+            b.increase("jobqueue_jobs_enqueued_total", hour),
+        ),
+        rec(
             "job_type:jobqueue_jobs_completed:increase1h",
             b.increase("jobqueue_jobs_completed_total", hour),
         ),
@@ -66,6 +85,25 @@ def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
         rec(
             "job_type:jobqueue_cost_usd:increase1h",
             b.increase("jobqueue_cost_usd_total", hour, drop="component"),
+        ),
+        # Spend per hour over short windows, for the cost alerts' speed.
+        rec(
+            "job_type:jobqueue_cost_usd_per_hour:rate30m",
+            b.per_hour("jobqueue_cost_usd_total", 1800.0, drop="component"),
+        ),
+        rec(
+            "job_type:jobqueue_cost_usd_per_hour:rate5m",
+            b.per_hour("jobqueue_cost_usd_total", 300.0, drop="component"),
+        ),
+        rec(
+            "job_type:jobqueue_cost_per_job_usd:ratio1h",
+            "job_type:jobqueue_cost_usd:increase1h\n/\njob_type:jobqueue_jobs_completed:increase1h",
+        ),
+        # Seconds the backlog takes to drain at the last 30 minutes' completion rate
+        # (+Inf when nothing completes).
+        rec(
+            "job_type:jobqueue_drain_time_seconds:rate30m",
+            f"job_type:jobqueue_jobs_ready:max\n/\n{b.total(f'rate({b.sel(COMPLETED)}[30m])')}",
         ),
         # ops() parity: one number per queue (job), like the queue's own report.
         rec(

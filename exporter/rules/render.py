@@ -7,16 +7,31 @@ from typing import Any
 import yaml
 
 from exporter.rules.alerting import alerting_rules
-from exporter.rules.promql import ALERTING_GROUP, HEADER, RECORDING_GROUP, format_duration
+from exporter.rules.cost import baseline_rules
+from exporter.rules.promql import (
+    ALERTING_GROUP,
+    BASELINE_GROUP,
+    HEADER,
+    RECORDING_GROUP,
+    format_duration,
+)
 from exporter.rules.recording import recording_rules
+from exporter.rules.slo import slo_recording_rules
 from exporter.settings import AlertSettings
 
 
 def rule_groups(alerts: AlertSettings) -> list[dict[str, Any]]:
-    """The recording group and the alerting group, both evaluated at the configured interval."""
+    """The recording group, the slow baseline group and the alerting group.
+
+    The week-old baselines change slowly and read long windows, so their group runs at the
+    longer ``baseline_evaluation_interval``.
+    """
     interval = format_duration(alerts.evaluation_interval)
+    slow = format_duration(alerts.baseline_evaluation_interval)
+    recording = recording_rules(alerts) + slo_recording_rules(alerts)
     return [
-        {"name": RECORDING_GROUP, "interval": interval, "rules": recording_rules(alerts)},
+        {"name": RECORDING_GROUP, "interval": interval, "rules": recording},
+        {"name": BASELINE_GROUP, "interval": slow, "rules": baseline_rules(alerts)},
         {"name": ALERTING_GROUP, "interval": interval, "rules": alerting_rules(alerts)},
     ]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from exporter.settings.kinds import Kind
 from exporter.settings.spec import setting
-from exporter.vocabulary import RUNBOOK_BASE_URL
+from exporter.vocabulary import DASHBOARD_URL, RUNBOOK_BASE_URL
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,48 @@ class AlertSettings:
         "Base URL of the runbooks; each runbook_url is this plus `#` and the lowercased alert "
         "name.",
     )
+    dashboard_url: str = setting(
+        Kind.STRING,
+        DASHBOARD_URL,
+        "URL of the Grafana dashboard; each alert's dashboard_url is this plus the alert's "
+        "namespace, job, queue and job_type as dashboard variables.",
+    )
     evaluation_interval: float = setting(
         Kind.DURATION,
         30.0,
         "Evaluation interval of the rendered rule groups.",
     )
+    baseline_evaluation_interval: float = setting(
+        Kind.DURATION,
+        300.0,
+        "Evaluation interval of the group that records the slow week-old baselines.",
+    )
+    gap_window: float = setting(
+        Kind.DURATION,
+        300.0,
+        "Gauge alerts read max_over_time/min_over_time over this window, so a failed scrape "
+        "or a withdrawn gauge does not restart their `for:`.",
+    )
     stuck_for: float = setting(
         Kind.DURATION,
         300.0,
-        "`for:` of JobQueueJobsStuck.",
+        "`for:` of JobQueueJobsStuck (running jobs whose lease expired unreaped).",
+    )
+    overrun_after: float = setting(
+        Kind.DURATION,
+        1800.0,
+        "A run longer than this is an overrun (JobQueueJobOverrun), unless its job type has "
+        "an override.",
+    )
+    overrun_after_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `overrun_after`.",
+    )
+    overrun_for: float = setting(
+        Kind.DURATION,
+        300.0,
+        "`for:` of JobQueueJobOverrun.",
     )
     reaper_not_running_after: float = setting(
         Kind.DURATION,
@@ -53,10 +86,20 @@ class AlertSettings:
         5.0,
         "Deadline kills per hour that raise a warning.",
     )
+    deadline_kills_warning_per_hour_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `deadline_kills_warning_per_hour`.",
+    )
     deadline_kills_critical_per_hour: float = setting(
         Kind.NUMBER,
         30.0,
         "Deadline kills per hour that raise a critical alert.",
+    )
+    deadline_kills_critical_per_hour_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `deadline_kills_critical_per_hour`.",
     )
     deadline_kills_window: float = setting(
         Kind.DURATION,
@@ -68,25 +111,85 @@ class AlertSettings:
         600.0,
         "`for:` of JobQueueDeadlineKills.",
     )
+    slo_success_target: float = setting(
+        Kind.RATIO,
+        0.99,
+        "Share of attempts that must succeed (the SLO of JobQueueErrorBudgetBurn).",
+    )
+    slo_success_target_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `slo_success_target` (ratios from 0 to 1).",
+    )
+    slo_wait_seconds: float = setting(
+        Kind.DURATION,
+        300.0,
+        "Wait-time SLO: a job waiting longer than this for a worker is bad; must be one of "
+        "`collect.wait_buckets`.",
+    )
+    slo_wait_target: float = setting(
+        Kind.RATIO,
+        0.99,
+        "Share of jobs that must start within `slo_wait_seconds` (JobQueueWaitBudgetBurn).",
+    )
+    slo_wait_target_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `slo_wait_target` (ratios from 0 to 1).",
+    )
+    slo_min_events_per_hour: float = setting(
+        Kind.NUMBER,
+        10.0,
+        "Fewest attempts (or started jobs) in the last hour before a burn rate may alert.",
+    )
     cost_spike_factor: float = setting(
         Kind.NUMBER,
         3.0,
-        "Cost per hour above this many times the baseline is a spike.",
+        "Cost per hour above this many times the seasonal baseline (same hours of past "
+        "weeks) is a spike.",
     )
     cost_spike_floor_usd: float = setting(
         Kind.USD,
         5.0,
-        "Ignore cost spikes below this many USD per hour.",
+        "Ignore cost spikes whose excess over the seasonal baseline is below this many USD "
+        "per hour.",
     )
-    cost_spike_baseline_days: int = setting(
+    cost_spike_baseline_weeks: int = setting(
         Kind.INTEGER,
-        7,
-        "Days of history the cost baseline is taken from.",
+        2,
+        "Past weeks averaged into the seasonal cost baseline, when present (0 counts as 1).",
     )
     cost_spike_for: float = setting(
         Kind.DURATION,
-        900.0,
+        600.0,
         "`for:` of JobQueueCostSpike.",
+    )
+    cost_new_type_usd_per_hour: float = setting(
+        Kind.USD,
+        20.0,
+        "A job type spending more than this per hour with no spend a week ago raises "
+        "JobQueueCostNewJobType.",
+    )
+    cost_new_type_for: float = setting(
+        Kind.DURATION,
+        900.0,
+        "`for:` of JobQueueCostNewJobType.",
+    )
+    unit_cost_factor: float = setting(
+        Kind.NUMBER,
+        2.0,
+        "Cost per completed job above this many times last week's daily mean raises "
+        "JobQueueUnitCostAnomaly.",
+    )
+    unit_cost_min_jobs: float = setting(
+        Kind.NUMBER,
+        20.0,
+        "Fewest completed jobs in the last hour before the unit cost counts.",
+    )
+    unit_cost_for: float = setting(
+        Kind.DURATION,
+        1800.0,
+        "`for:` of JobQueueUnitCostAnomaly.",
     )
     cost_budget_usd_per_hour: float | None = setting(
         Kind.USD,
@@ -104,6 +207,11 @@ class AlertSettings:
         900.0,
         "Oldest claimable job waiting longer than this is a stale backlog.",
     )
+    backlog_stale_after_by_job_type: dict[str, float] = setting(
+        Kind.BY_JOB_TYPE,
+        {},
+        "Per-job-type overrides of `backlog_stale_after`.",
+    )
     backlog_stale_for: float = setting(
         Kind.DURATION,
         300.0,
@@ -118,6 +226,70 @@ class AlertSettings:
         Kind.DURATION,
         300.0,
         "`for:` of JobQueueNoProgress.",
+    )
+    drain_time_limit: float = setting(
+        Kind.DURATION,
+        7200.0,
+        "A growing backlog that the last 30 minutes' completion rate would take longer than "
+        "this to drain raises JobQueueSlowDrain.",
+    )
+    drain_time_for: float = setting(
+        Kind.DURATION,
+        900.0,
+        "`for:` of JobQueueSlowDrain.",
+    )
+    producers_stopped_window: float = setting(
+        Kind.DURATION,
+        1800.0,
+        "No job enqueued in this window, while the same hour last week was busy, means the "
+        "producers stopped.",
+    )
+    producers_stopped_min_per_hour: float = setting(
+        Kind.NUMBER,
+        60.0,
+        "Enqueued jobs per hour, the same hour a week ago, that make a silence suspicious.",
+    )
+    producers_stopped_for: float = setting(
+        Kind.DURATION,
+        900.0,
+        "`for:` of JobQueueProducersStopped.",
+    )
+    crash_storm_ratio: float = setting(
+        Kind.RATIO,
+        0.2,
+        "Share of attempts reclaimed by the reaper (lease expired: the worker died) above "
+        "which JobQueueWorkerCrashStorm fires.",
+    )
+    crash_storm_min_reaped: float = setting(
+        Kind.NUMBER,
+        5.0,
+        "Fewest reclaimed attempts in the window before the share counts.",
+    )
+    crash_storm_window: float = setting(
+        Kind.DURATION,
+        900.0,
+        "Window of JobQueueWorkerCrashStorm.",
+    )
+    crash_storm_for: float = setting(
+        Kind.DURATION,
+        300.0,
+        "`for:` of JobQueueWorkerCrashStorm.",
+    )
+    malformed_ratio: float = setting(
+        Kind.RATIO,
+        0.05,
+        "Malformed result rows as a share of completions above which JobQueueMalformedRows "
+        "fires (cost extraction is broken).",
+    )
+    malformed_window: float = setting(
+        Kind.DURATION,
+        3600.0,
+        "Window of JobQueueMalformedRows.",
+    )
+    malformed_for: float = setting(
+        Kind.DURATION,
+        900.0,
+        "`for:` of JobQueueMalformedRows.",
     )
     failure_ratio_threshold: float = setting(
         Kind.RATIO,
@@ -154,6 +326,31 @@ class AlertSettings:
         900.0,
         "`for:` of JobQueueDeadLetterGrowing.",
     )
+    dead_letter_size: float = setting(
+        Kind.NUMBER,
+        100.0,
+        "Dead jobs of one type standing above this raise JobQueueDeadLetterSize.",
+    )
+    dead_letter_size_for: float = setting(
+        Kind.DURATION,
+        1800.0,
+        "`for:` of JobQueueDeadLetterSize.",
+    )
+    collection_error_ratio: float = setting(
+        Kind.RATIO,
+        0.25,
+        "Share of failed collections above which JobQueueCollectionErrors fires.",
+    )
+    collection_error_window: float = setting(
+        Kind.DURATION,
+        600.0,
+        "Window of JobQueueCollectionErrors.",
+    )
+    collection_error_for: float = setting(
+        Kind.DURATION,
+        300.0,
+        "`for:` of JobQueueCollectionErrors.",
+    )
     database_unreachable_for: float = setting(
         Kind.DURATION,
         180.0,
@@ -179,10 +376,15 @@ class AlertSettings:
         3600.0,
         "`for:` of JobQueueMissingIndex.",
     )
+    label_cap_for: float = setting(
+        Kind.DURATION,
+        3600.0,
+        "`for:` of JobQueueLabelCapReached.",
+    )
     keep_firing_for: float | None = setting(
         Kind.DURATION,
         None,
-        "`keep_firing_for:` of every queue alert (not of the four exporter-health alerts), so it "
+        "`keep_firing_for:` of every queue alert (not of the exporter-health alerts), so it "
         "does not resolve while the exporter withdraws its gauges during an outage; null: the "
         "longer of `database_unreachable_for` and `exporter_down_for` plus 2m (7m); 0 leaves the "
         "field out (Prometheus < 2.42).",

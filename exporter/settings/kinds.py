@@ -37,6 +37,7 @@ class Kind(enum.Enum):
     BUCKETS = "buckets"
     LISTEN_ADDRESS = "address"
     URL_PATH = "URL path"
+    BY_JOB_TYPE = "per job type"
 
 
 DURATION_EXAMPLE = "expected a duration such as 500ms, 15s or 2m"
@@ -323,6 +324,22 @@ def parse_buckets(value: object) -> tuple[float, ...]:
     return tuple(bounds)
 
 
+def parse_by_job_type(value: object) -> dict[str, float]:
+    """Per-job-type overrides: job_type label value -> a number or a duration (seconds)."""
+    if isinstance(value, str):
+        value = dict(item.strip().partition("=")[::2] for item in value.split(",") if item.strip())
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping of job type name to value, got {show(value)}")
+    result: dict[str, float] = {}
+    for name, raw in value.items():
+        if not isinstance(name, str | int) or not re.fullmatch(r"\w{1,64}", str(name), re.ASCII):
+            raise ValueError(
+                f"expected a job_type label value (letters, digits, _), got {show(name)}"
+            )
+        result[str(name)] = parse_duration(raw)
+    return result
+
+
 PARSERS: dict[Kind, Callable[[object], object]] = {
     Kind.STRING: parse_string,
     Kind.CHOICE: parse_string,
@@ -341,6 +358,7 @@ PARSERS: dict[Kind, Callable[[object], object]] = {
     Kind.BUCKETS: parse_buckets,
     Kind.LISTEN_ADDRESS: parse_listen_addresses,
     Kind.URL_PATH: parse_url_path,
+    Kind.BY_JOB_TYPE: parse_by_job_type,
 }
 
 # How each kind is written in YAML and in a flag, for docs/configuration.md.
@@ -371,4 +389,8 @@ SYNTAX: dict[Kind, tuple[str, str]] = {
         "repeat the flag, or separate with commas",
     ),
     Kind.URL_PATH: ("an absolute path such as `/metrics`", "the path"),
+    Kind.BY_JOB_TYPE: (
+        "a mapping of `job_type` label value to a number or duration (`{report: 2h}`)",
+        "`report=2h,crawl=30m`",
+    ),
 }

@@ -35,6 +35,11 @@ ALERT_NAMES = (
     "JobQueueExporterDown",
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
+    "JobQueueErrorBudgetBurn",
+    "JobQueueWaitBudgetBurn",
+    "JobQueueSlowDrain",
+    "JobQueueCollectionErrors",
+    "JobQueueMalformedRows",
 )
 
 # The rows of issue 5, top to bottom, with the panels each must hold.
@@ -43,6 +48,7 @@ REQUIRED_LAYOUT: dict[str, list[str]] = {
         "Database reachable", "Jobs stuck", "Oldest runnable wait", "Dead letters (1h)",
         "Deadline kills (1h)", "Cost (1h)", "Active alerts",
     ],
+    "Job types and SLO": ["Job types", "SLO burn rate by job type (1h)", "Error budget left (1d)"],
     "Flow": [
         "Enqueued / completed / failed per second", "Queue depth by status",
         "Ready vs scheduled pending",
@@ -60,6 +66,10 @@ REQUIRED_LAYOUT: dict[str, list[str]] = {
         "Collection duration per query", "Collection errors by reason", "Skipped collections",
         "Time since last success", "Missing indexes",
     ],
+    "Capacity, leases and collections": [
+        "Time to drain", "Lease-expired age", "Collection duration", "Collection error ratio",
+        "Malformed rows", "Build version",
+    ],
 }  # fmt: skip
 
 # Panels that explain an alert must link to its runbook section.
@@ -76,6 +86,11 @@ REQUIRED_RUNBOOK_LINKS: dict[str, set[str]] = {
     "Time since last success": {"JobQueueExporterDown"},
     "Collection duration per query": {"JobQueueCollectionSlow"},
     "Missing indexes": {"JobQueueMissingIndex"},
+    "Job types": {"JobQueueErrorBudgetBurn", "JobQueueBacklogStale"},
+    "Time to drain": {"JobQueueSlowDrain"},
+    "Lease-expired age": {"JobQueueReaperNotRunning"},
+    "Collection error ratio": {"JobQueueCollectionErrors"},
+    "Malformed rows": {"JobQueueMalformedRows"},
 }
 
 ALLOWED_PANEL_TYPES = {"timeseries", "stat", "bargauge", "table", "row", "text"}
@@ -380,6 +395,12 @@ class _Exposition(http.server.BaseHTTPRequestHandler):
             f'jobqueue_job_wait_seconds_bucket{{job_type="email",le="10"}} {8 * n}',
             f'jobqueue_job_wait_seconds_bucket{{job_type="email",le="+Inf"}} {8 * n}',
         ]
+        # The exporter puts the queue label on every series (one queue here).
+        lines = [
+            re.sub(r"^(\w+)(?:\{(.*?)\})? ", lambda m: f'{m[1]}{{queue="main"'
+                   + (f",{m[2]}" if m[2] else "") + "} ", line)
+            for line in lines
+        ]  # fmt: skip
         body = ("\n".join(lines) + "\n").encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -252,3 +252,74 @@ def test_critical_twin_inhibits_its_warning_twin(alertmanager: str) -> None:
             break
         time.sleep(0.1)
     assert mail[0]["status"]["state"] == "active"
+
+
+@pytest.mark.parametrize(
+    ("source", "target"),
+    [
+        ("JobQueueNoProgress", "JobQueueBacklogStale"),
+        ("JobQueueNoProgress", "JobQueueSlowDrain"),
+        ("JobQueueReaperNotRunning", "JobQueueJobsStuck"),
+    ],
+)
+def test_cause_inhibits_its_symptom_for_the_same_queue_and_job_type_only(
+    alertmanager: str, source: str, target: str
+) -> None:
+    job = f"cause-{source.lower()}-{target.lower()}"
+    same = {"job": job, "namespace": "ns", "queue": "q1", "job_type": "crawl"}
+    other_queue = {**same, "queue": "q2"}
+    other_type = {**same, "job_type": "mail"}
+    _post(
+        alertmanager,
+        [
+            {**_rule_labels(source), **same},
+            {**_rule_labels(target), **same},
+            {**_rule_labels(target), **other_queue},
+            {**_rule_labels(target), **other_type},
+        ],
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        states = {
+            (a["labels"]["alertname"], a["labels"]["queue"], a["labels"]["job_type"]): a["status"][
+                "state"
+            ]
+            for a in _get(f"{alertmanager}/api/v2/alerts")
+            if a["labels"].get("job") == job
+        }
+        expected = {
+            (source, "q1", "crawl"): "active",
+            (target, "q1", "crawl"): "suppressed",
+            (target, "q2", "crawl"): "active",
+            (target, "q1", "mail"): "active",
+        }
+        if states == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert states == expected
+
+
+def test_database_outage_of_one_queue_leaves_another_queue_of_the_job_alone(
+    alertmanager: str,
+) -> None:
+    job = "two-queues"
+    down = {**_rule_labels("JobQueueDatabaseUnreachable"), "job": job, "queue": "qa"}
+    _post(
+        alertmanager,
+        [
+            down,
+            {**_rule_labels("JobQueueJobsStuck"), "job": job, "queue": "qa", "job_type": "x"},
+            {**_rule_labels("JobQueueJobsStuck"), "job": job, "queue": "qb", "job_type": "x"},
+        ],
+    )
+    deadline = time.monotonic() + 15
+    while True:
+        states = {
+            a["labels"]["queue"]: a["status"]["state"]
+            for a in _get(f"{alertmanager}/api/v2/alerts")
+            if a["labels"].get("job") == job and a["labels"]["alertname"] == "JobQueueJobsStuck"
+        }
+        if states == {"qa": "suppressed", "qb": "active"} or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert states == {"qa": "suppressed", "qb": "active"}

@@ -57,6 +57,8 @@ ALERTS = dataclasses.replace(
     selector=f'job="{JOB_NAME}"',
     evaluation_interval=1,
     stuck_for=2,
+    # Gauge alerts read min/max_over_time over this window; keep it short like the for:s.
+    gap_window=2,
     # Six kills in 30 s is 720 per hour: above the critical threshold (30 per hour).
     deadline_kills_window=30,
     deadline_kills_for=1,

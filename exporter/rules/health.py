@@ -1,0 +1,102 @@
+"""Alerts on the exporter's own health: reachability, scrapes, collections, indexes, label cap.
+
+These read series that stay while the queue's database is away, so they need no
+``keep_firing_for:`` (see promql.HEALTH_ALERTS).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter.rules.promql import DEDUP, Builder, format_duration, number, selector_labels
+from exporter.settings import AlertSettings
+
+JOB = "{{ $labels.job }}"
+QUEUE = "{{ $labels.queue }}"
+VALUE_RATIO = "{{ $value | humanizePercentage }}"
+
+
+def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
+    """The exporter-health alerts as keyword arguments of alerting._alert."""
+    a = alerts
+    b = Builder(a)
+    n = number
+    d = format_duration
+    hold = a.effective_keep_firing_for
+    held = (
+        f"queue alerts are inhibited, and held firing for {d(hold)} "
+        "rather than resolved while the exporter withdraws the queue's gauges."
+        if hold > 0
+        else "queue alerts are inhibited."
+    )
+    up = b.sel("up")
+    ew = d(a.collection_error_window)
+    errors = b.total(f"rate({b.sel('jobqueue_exporter_collection_errors_total')}[{ew}])", "reason")
+    attempts = b.total(f"rate({b.sel('jobqueue_exporter_collections_total')}[{ew}])")
+    duration = b.gap(b.sel("jobqueue_exporter_collection_duration_seconds"), "avg_over_time")
+    timeout = b.sel("jobqueue_exporter_collection_timeout_seconds")
+    return [
+        {
+            "name": "JobQueueDatabaseUnreachable",
+            "expr": "job:jobqueue_up:max == 0",
+            "for_": a.database_unreachable_for,
+            "severity": "critical",
+            "summary": "The exporter cannot reach the queue's database.",
+            "description": f"No exporter of queue {QUEUE} in {JOB} could collect from the "
+            f"queue's database for {d(a.database_unreachable_for)} "
+            f"(jobqueue_up = {{{{ $value }}}}); {held}",
+        },
+        {
+            "name": "JobQueueCollectionErrors",
+            # A flaky database (down minutes, up seconds) never holds jobqueue_up at 0 for a
+            # whole for:, but its error ratio stays high.
+            "expr": f"{errors}\n/\n{attempts}\n> {n(a.collection_error_ratio)}",
+            "for_": a.collection_error_for,
+            "severity": "critical",
+            "summary": "Many collections from the queue's database fail.",
+            "description": f"{VALUE_RATIO} of the collections of queue {QUEUE} in {JOB} failed "
+            f"over the last {ew} (threshold {n(a.collection_error_ratio * 100)}%); queue "
+            "metrics are intermittently stale and gauge alerts are unreliable.",
+        },
+        {
+            "name": "JobQueueExporterDown",
+            "expr": f"{DEDUP} ({up}) == 0\nor\nabsent({up})",
+            "for_": a.exporter_down_for,
+            "severity": "critical",
+            "summary": "The jobqueue exporter is down or not scraped.",
+            "description": f"No scrape target of job {JOB} ({{{a.selector}}}) has been up for "
+            f"{d(a.exporter_down_for)}; every queue alert is blind.",
+            # absent() keeps only equality matchers (none under a comparison): inhibition
+            # matches on job, so the selector's equality matchers are also static labels.
+            "labels": selector_labels(a.selector),
+        },
+        {
+            "name": "JobQueueCollectionSlow",
+            "expr": f"{DEDUP} (\n  {duration}\n  /\n  {timeout}\n) > {n(a.collection_slow_ratio)}",
+            "for_": a.collection_slow_for,
+            "severity": "warning",
+            "summary": "Collections from the queue's database are close to their timeout.",
+            "description": f"Collections of queue {QUEUE} in {JOB} take {VALUE_RATIO} of their "
+            f"timeout (threshold {n(a.collection_slow_ratio * 100)}%); metrics go stale when "
+            "they time out.",
+        },
+        {
+            "name": "JobQueueMissingIndex",
+            "expr": f"{DEDUP} ({b.sel('jobqueue_exporter_missing_index')}) > 0",
+            "for_": a.missing_index_for,
+            "severity": "info",
+            "summary": "An index the exporter's queries need is missing.",
+            "description": "Index {{ $labels.index }} is missing on the table of queue "
+            f"{QUEUE} in {JOB} (missing_index = {{{{ $value }}}}); see exporter/sql/indexes.sql.",
+        },
+        {
+            "name": "JobQueueLabelCapReached",
+            "expr": f"{DEDUP} ({b.gap(b.sel('jobqueue_exporter_job_types_folded'))}) > 0",
+            "for_": a.label_cap_for,
+            "severity": "info",
+            "summary": 'Job types beyond the label cap are folded into job_type="other".',
+            "description": f"{{{{ $value }}}} job types of queue {QUEUE} in {JOB} are folded into "
+            'job_type="other": their alerts and panels are merged; raise the label cap or name '
+            "the job types.",
+        },
+    ]

@@ -1,0 +1,762 @@
+"""One firing case and at least one near-miss silent case per alert (default settings).
+
+Counters come from the elected leader only; gauges may come from two exporter pods (a, b)
+that read the same table. Near misses sit on or just below the threshold.
+"""
+
+from __future__ import annotations
+
+from tests.rulegen import Case, s
+
+T = {"job": "jobqueue-exporter", "queue": "q1"}
+
+
+def lab(**extra: str) -> dict[str, str]:
+    return {**T, **extra}
+
+
+def gauge_cases() -> list[Case]:
+    return [
+        Case(
+            "JobQueueJobsStuck fires once for two pods when expired leases stay for 5m+5m",
+            "JobQueueJobsStuck",
+            [
+                s("jobqueue_stuck_jobs", "0x3 1x40", job_type="crawl", reason="lease_expired"),
+                s(
+                    "jobqueue_stuck_jobs",
+                    "0x3 1x40",
+                    job_type="crawl",
+                    reason="lease_expired",
+                    instance="b",
+                ),
+                s("jobqueue_stuck_jobs", "0x3 1x40", job_type="crawl", reason="overrun"),
+            ],
+            fire_at="12m",
+            value=1,
+            labels=lab(job_type="crawl", reason="lease_expired"),
+            silent_at=("11m30s",),
+        ),
+        Case(
+            "JobQueueJobsStuck stays silent on a reaped blip and on overruns",
+            "JobQueueJobsStuck",
+            [
+                s("jobqueue_stuck_jobs", "0x3 1x8 0x40", job_type="blip", reason="lease_expired"),
+                s("jobqueue_stuck_jobs", "5x40", job_type="crawl", reason="overrun"),
+                s("jobqueue_stuck_jobs", "5x40", job="other", job_type="x", reason="lease_expired"),
+            ],
+            silent_at=("10m", "15m", "20m"),
+        ),
+        Case(
+            "JobQueueJobOverrun fires 5m after a run passes 30m, through 3 minutes of failed scrapes",
+            "JobQueueJobOverrun",
+            [
+                s(
+                    "jobqueue_running_oldest_seconds",
+                    "0+30x61 stale _x5 2040+30x30",
+                    job_type="crawl",
+                )
+            ],
+            fire_at="35m30s",
+            value=2130,
+            labels=lab(job_type="crawl"),
+            silent_at=("35m",),
+        ),
+        Case(
+            "JobQueueJobOverrun stays silent on a run of exactly 30m",
+            "JobQueueJobOverrun",
+            [s("jobqueue_running_oldest_seconds", "0+30x60 0x40", job_type="crawl")],
+            silent_at=("31m", "36m", "45m"),
+        ),
+        Case(
+            "JobQueueReaperNotRunning fires once an expired lease is unreaped past 10m for 5m",
+            "JobQueueReaperNotRunning",
+            [
+                s(
+                    "jobqueue_lease_expired_oldest_seconds",
+                    "0+30x23 stale _x5 900+30x40",
+                    job_type="crawl",
+                )
+            ],
+            fire_at="15m30s",
+            value=930,
+            labels=lab(job_type="crawl"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueReaperNotRunning stays silent at exactly 10m",
+            "JobQueueReaperNotRunning",
+            [s("jobqueue_lease_expired_oldest_seconds", "0+30x20 0x40", job_type="crawl")],
+            silent_at=("16m", "25m"),
+        ),
+        Case(
+            "JobQueueBacklogStale fires through one failed scrape in nine (gap-robust)",
+            "JobQueueBacklogStale",
+            [
+                s(
+                    "jobqueue_oldest_ready_wait_seconds",
+                    "0+30x30 stale 960+30x7 stale _x5 1380+30x7 stale 1650+30x20",
+                    job_type="crawl",
+                )
+            ],
+            fire_at="21m",
+            value=1170,
+            labels=lab(job_type="crawl"),
+            silent_at=("20m30s",),
+        ),
+        Case(
+            "JobQueueBacklogStale stays silent at exactly 15m",
+            "JobQueueBacklogStale",
+            [s("jobqueue_oldest_ready_wait_seconds", "0+30x30 900x20 0x30", job_type="crawl")],
+            silent_at=("21m", "30m"),
+        ),
+        Case(
+            "JobQueueDeadLetterSize fires when more than 100 dead jobs stand for 5m+30m",
+            "JobQueueDeadLetterSize",
+            [s("jobqueue_jobs", "_x9 101x30 stale _x5 101x60", job_type="crawl", status="dead")],
+            fire_at="34m30s",
+            value=101,
+            labels=lab(job_type="crawl", status="dead"),
+            silent_at=("34m",),
+        ),
+        Case(
+            "JobQueueDeadLetterSize stays silent at exactly 100 and on a short peak",
+            "JobQueueDeadLetterSize",
+            [
+                s("jobqueue_jobs", "100x100", job_type="crawl", status="dead"),
+                s("jobqueue_jobs", "0 500x5 0x100", job_type="peak", status="dead"),
+                s("jobqueue_jobs", "500 0 " * 50, job_type="flicker", status="dead"),
+                s("jobqueue_jobs", "500x100", job_type="crawl", status="pending"),
+            ],
+            silent_at=("40m", "50m"),
+        ),
+    ]
+
+
+def progress_cases() -> list[Case]:
+    ready = "jobqueue_jobs"
+    return [
+        Case(
+            "JobQueueNoProgress fires when jobs wait and no worker is alive",
+            "JobQueueNoProgress",
+            [
+                s(ready, "50x60", job_type="crawl", status="pending"),
+                s(ready, "50x60", job_type="crawl", status="pending", instance="b"),
+                s(ready, "0x60", job_type="crawl", status="running"),
+                s("jobqueue_jobs_completed_total", "0x60", job_type="crawl"),
+                # Reaper reclaims are no progress.
+                s(
+                    "jobqueue_job_failures_total",
+                    "0+1x60",
+                    job_type="crawl",
+                    reason="lease_expired",
+                ),
+            ],
+            fire_at="5m",
+            value=50,
+            labels=lab(job_type="crawl"),
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueNoProgress stays silent on long jobs under valid leases, completions, failures",
+            "JobQueueNoProgress",
+            [
+                # Four workers on 30-minute jobs: nothing completes for 30m, leases are valid.
+                s(ready, "50x100", job_type="long", status="pending"),
+                s(ready, "4x100", job_type="long", status="running"),
+                s("jobqueue_stuck_jobs", "0x100", job_type="long", reason="lease_expired"),
+                s("jobqueue_jobs_completed_total", "0x100", job_type="long"),
+                s(ready, "50x100", job_type="busy", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+1x100", job_type="busy"),
+                s(ready, "50x100", job_type="failing", status="pending"),
+                s("jobqueue_job_failures_total", "0+1x100", job_type="failing", reason="error"),
+            ],
+            silent_at=("20m", "45m"),
+        ),
+        Case(
+            "JobQueueNoProgress fires when the only running jobs hold expired leases",
+            "JobQueueNoProgress",
+            [
+                s(ready, "50x60", job_type="dead", status="pending"),
+                s(ready, "4x60", job_type="dead", status="running"),
+                s("jobqueue_stuck_jobs", "4x60", job_type="dead", reason="lease_expired"),
+                s("jobqueue_jobs_completed_total", "0x60", job_type="dead"),
+            ],
+            fire_at="5m",
+            value=50,
+            labels=lab(job_type="dead"),
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueSlowDrain fires when the backlog grows and would take over 2h to drain",
+            "JobQueueSlowDrain",
+            [
+                s(ready, "1000+10x120", job_type="crawl", status="pending"),
+                # 0.2 completions/s: 1300 ready jobs take about 6500s, more so early on.
+                s("jobqueue_jobs_completed_total", "0+6x120", job_type="crawl"),
+            ],
+            fire_at="16m",
+            value=12375,
+            labels=lab(job_type="crawl"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueSlowDrain stays silent on a shrinking backlog and a fast drain",
+            "JobQueueSlowDrain",
+            [
+                s(ready, "5000-10x120", job_type="shrink", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+3.75x120", job_type="shrink"),
+                # About an hour to drain: growing, but under the 2h limit.
+                s(ready, "1000+1x120", job_type="hour", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+7.5x120", job_type="hour"),
+                # Flat backlog, slow drain: not growing.
+                s(ready, "2000x120", job_type="flat", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+1x120", job_type="flat"),
+                s(ready, "100+1x120", job_type="fast", status="pending"),
+                s("jobqueue_jobs_completed_total", "0+30x120", job_type="fast"),
+            ],
+            silent_at=("45m", "60m"),
+        ),
+    ]
+
+
+def counter_cases() -> list[Case]:
+    fail = "jobqueue_job_failures_total"
+    done = "jobqueue_jobs_completed_total"
+    return [
+        Case(
+            "JobQueueDeadlineKills warning fires above 5 per hour",
+            "JobQueueDeadlineKills",
+            [s(fail, "0+0.0625x200", job_type="crawl", reason="deadline")],
+            fire_at="1h10m",
+            value=7.5,
+            labels=lab(job_type="crawl", reason="deadline"),
+            severities=("warning",),
+            silent_at=("30m",),
+        ),
+        Case(
+            "JobQueueDeadlineKills critical and warning twins fire above 30 per hour",
+            "JobQueueDeadlineKills",
+            [s(fail, "0+0.3125x200", job_type="crawl", reason="deadline")],
+            fire_at="1h30m",
+            value=37.5,
+            labels=lab(job_type="crawl", reason="deadline"),
+            silent_at=("5m",),
+        ),
+        Case(
+            "JobQueueDeadlineKills counts both pods across a rollout (sum, not max)",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0+0.0625x120 _x100", job_type="crawl", reason="deadline"),
+                s(fail, "_x120 0+0.0625x100", job_type="crawl", reason="deadline", instance="b"),
+            ],
+            fire_at="1h30m",
+            value=7.5,
+            labels=lab(job_type="crawl", reason="deadline"),
+            severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills critical counts both pods across a rollout",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0+0.3125x120 _x100", job_type="crawl", reason="deadline"),
+                s(fail, "_x120 0+0.3125x100", job_type="crawl", reason="deadline", instance="b"),
+            ],
+            fire_at="1h30m",
+            value=37.7,
+            labels=lab(job_type="crawl", reason="deadline"),
+        ),
+        Case(
+            "JobQueueDeadlineKills stays silent at 4.5 per hour and on error failures",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0+0.0375x300", job_type="crawl", reason="deadline"),
+                s(fail, "0+1x300", job_type="crawl", reason="error"),
+            ],
+            silent_at=("1h30m", "2h30m"),
+        ),
+        Case(
+            "JobQueueHighFailureRatio fires when 2 of 3 attempts fail",
+            "JobQueueHighFailureRatio",
+            [
+                s(fail, "0+2x150", job_type="crawl", reason="error"),
+                s(done, "0+1x150", job_type="crawl"),
+            ],
+            fire_at="20m",
+            value=2 / 3,
+            labels=lab(job_type="crawl"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueHighFailureRatio stays silent at exactly half and on low volume",
+            "JobQueueHighFailureRatio",
+            [
+                s(fail, "0+1x150", job_type="half", reason="error"),
+                s(done, "0+1x150", job_type="half"),
+                s(fail, "0+0.125x150", job_type="rare", reason="error"),
+            ],
+            silent_at=("30m", "1h10m"),
+        ),
+        Case(
+            "JobQueueDeadLetterGrowing fires above 10 dead jobs per hour",
+            "JobQueueDeadLetterGrowing",
+            [
+                s("jobqueue_jobs_dead_total", "0+0.0625x200", job_type="crawl", reason="error"),
+                s("jobqueue_jobs_dead_total", "0+0.0625x200", job_type="crawl", reason="deadline"),
+            ],
+            fire_at="1h",
+            value=15,
+            labels=lab(job_type="crawl"),
+            silent_at=("20m",),
+        ),
+        Case(
+            "JobQueueDeadLetterGrowing stays silent at 9.375 per hour",
+            "JobQueueDeadLetterGrowing",
+            [s("jobqueue_jobs_dead_total", "0+0.078125x300", job_type="crawl", reason="error")],
+            silent_at=("1h30m", "2h30m"),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm fires when half the attempts end with the reaper",
+            "JobQueueWorkerCrashStorm",
+            [
+                s(fail, "0+1x60", job_type="crawl", reason="lease_expired"),
+                s(done, "0+1x60", job_type="crawl"),
+            ],
+            fire_at="8m",
+            value=0.5,
+            labels=lab(job_type="crawl"),
+            silent_at=("5m",),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm stays silent at a 20% share and below 5 reclaims",
+            "JobQueueWorkerCrashStorm",
+            [
+                s(fail, "0+1x60", job_type="share", reason="lease_expired"),
+                s(done, "0+4x60", job_type="share"),
+                s(fail, "0+0.125x60", job_type="few", reason="lease_expired"),
+                s(done, "0+0.125x60", job_type="few"),
+            ],
+            silent_at=("10m", "25m"),
+        ),
+        Case(
+            "JobQueueMalformedRows fires when a tenth of the completions lose their cost",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="cost"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="result"),
+                s(done, "0+5x200", job_type="crawl"),
+                s(done, "0+5x200", job_type="mail"),
+            ],
+            fire_at="16m",
+            value=0.1,
+            labels=lab(),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueMalformedRows stays silent at exactly 5%",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="cost"),
+                s(done, "0+5x200", job_type="crawl"),
+                s(done, "0+5x200", job_type="mail"),
+            ],
+            silent_at=("30m", "1h30m"),
+        ),
+    ]
+
+
+def slo_cases() -> list[Case]:
+    fail = "jobqueue_job_failures_total"
+    done = "jobqueue_jobs_completed_total"
+    bucket = "jobqueue_job_wait_seconds_bucket"
+    count = "jobqueue_job_wait_seconds_count"
+    return [
+        Case(
+            "JobQueueErrorBudgetBurn pages and tickets at 8% failures (6h and 30m windows)",
+            "JobQueueErrorBudgetBurn",
+            [
+                s(fail, "0+0.8x120", job_type="crawl", reason="error"),
+                s(done, "0+9.2x120", job_type="crawl"),
+            ],
+            fire_at="16m",
+            value=8,
+            labels=lab(job_type="crawl"),
+            silent_at=("1m",),
+        ),
+        Case(
+            "JobQueueErrorBudgetBurn tickets only at 4% failures",
+            "JobQueueErrorBudgetBurn",
+            [
+                s(fail, "0+0.4x120", job_type="crawl", reason="error"),
+                s(done, "0+9.6x120", job_type="crawl"),
+            ],
+            fire_at="16m",
+            value=4,
+            labels=lab(job_type="crawl"),
+            severities=("warning",),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueErrorBudgetBurn stays silent at 2.5% failures and on low volume",
+            "JobQueueErrorBudgetBurn",
+            [
+                s(fail, "0+0.25x300", job_type="crawl", reason="error"),
+                s(done, "0+9.75x300", job_type="crawl"),
+                s(fail, "0+0.0625x300", job_type="rare", reason="error"),
+            ],
+            silent_at=("30m", "2h"),
+        ),
+        Case(
+            "JobQueueWaitBudgetBurn pages when a fifth of the jobs wait over 5m",
+            "JobQueueWaitBudgetBurn",
+            [
+                s(bucket, "0+8x120", job_type="crawl", le="300.0"),
+                s(bucket, "0+10x120", job_type="crawl", le="+Inf"),
+                s(count, "0+10x120", job_type="crawl"),
+            ],
+            fire_at="3m",
+            value=20,
+            labels=lab(job_type="crawl"),
+            severities=("critical",),
+            silent_at=("1m",),
+        ),
+        Case(
+            "JobQueueWaitBudgetBurn stays silent when 2.5% of the jobs wait over 5m",
+            "JobQueueWaitBudgetBurn",
+            [
+                s(bucket, "0+9.75x300", job_type="crawl", le="300.0"),
+                s(bucket, "0+9.75x300", job_type="crawl", le="120.0"),
+                s(count, "0+10x300", job_type="crawl"),
+            ],
+            silent_at=("30m", "2h"),
+        ),
+    ]
+
+
+def health_cases() -> list[Case]:
+    up = "jobqueue_up"
+    return [
+        Case(
+            "JobQueueDatabaseUnreachable fires when both pods report jobqueue_up 0 for 3m",
+            "JobQueueDatabaseUnreachable",
+            [s(up, "1 0x20"), s(up, "1 0x20", instance="b")],
+            fire_at="3m30s",
+            value=0,
+            labels=lab(),
+            silent_at=("3m",),
+        ),
+        Case(
+            "JobQueueDatabaseUnreachable stays silent while one pod collects",
+            "JobQueueDatabaseUnreachable",
+            [s(up, "0x20"), s(up, "1x20", instance="b")],
+            silent_at=("5m", "10m"),
+        ),
+        Case(
+            "JobQueueCollectionErrors fires when half the collections fail",
+            "JobQueueCollectionErrors",
+            [
+                s("jobqueue_exporter_collections_total", "0+1x60"),
+                s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="connection"),
+                s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="timeout"),
+            ],
+            fire_at="5m30s",
+            value=0.5,
+            labels=lab(),
+            silent_at=("5m",),
+        ),
+        Case(
+            "JobQueueCollectionErrors stays silent at exactly a quarter",
+            "JobQueueCollectionErrors",
+            [
+                s("jobqueue_exporter_collections_total", "0+1x60"),
+                s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="connection"),
+            ],
+            silent_at=("10m", "25m"),
+        ),
+        Case(
+            "JobQueueExporterDown fires when every target is down for 5m",
+            "JobQueueExporterDown",
+            [
+                ('up{job="jobqueue-exporter", instance="a"}', "0x20"),
+                ('up{job="jobqueue-exporter", instance="b"}', "0x20"),
+            ],
+            fire_at="5m",
+            value=0,
+            labels={"job": "jobqueue-exporter"},
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueExporterDown fires with its static job label when the target is absent",
+            "JobQueueExporterDown",
+            [('up{job="other", instance="a"}', "1x20")],
+            fire_at="5m",
+            value=1,
+            labels={"job": "jobqueue-exporter"},
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueExporterDown stays silent while one target is up",
+            "JobQueueExporterDown",
+            [
+                ('up{job="jobqueue-exporter", instance="a"}', "0x20"),
+                ('up{job="jobqueue-exporter", instance="b"}', "1x20"),
+            ],
+            silent_at=("6m", "10m"),
+        ),
+        Case(
+            "JobQueueCollectionSlow fires when collections take 90% of the timeout for 15m",
+            "JobQueueCollectionSlow",
+            [
+                s("jobqueue_exporter_collection_duration_seconds", "9.5 8.5 " * 30),
+                s("jobqueue_exporter_collection_timeout_seconds", "10x60"),
+            ],
+            fire_at="15m",
+            value=99.5 / 110,
+            labels=lab(),
+            silent_at=("14m30s",),
+        ),
+        Case(
+            "JobQueueCollectionSlow stays silent at exactly 80% of the timeout",
+            "JobQueueCollectionSlow",
+            [
+                s("jobqueue_exporter_collection_duration_seconds", "8.5 7 " * 30),
+                s("jobqueue_exporter_collection_timeout_seconds", "10x60"),
+                s("jobqueue_exporter_collection_duration_seconds", "8x60", instance="b"),
+                s("jobqueue_exporter_collection_timeout_seconds", "10x60", instance="b"),
+            ],
+            silent_at=("20m", "29m"),
+        ),
+        Case(
+            "JobQueueMissingIndex fires after an hour",
+            "JobQueueMissingIndex",
+            [s("jobqueue_exporter_missing_index", "1x150", index="job_exporter_dead_idx")],
+            fire_at="1h",
+            value=1,
+            labels=lab(index="job_exporter_dead_idx"),
+            silent_at=("59m30s",),
+        ),
+        Case(
+            "JobQueueMissingIndex stays silent when the index exists",
+            "JobQueueMissingIndex",
+            [s("jobqueue_exporter_missing_index", "0x150", index="job_exporter_dead_idx")],
+            silent_at=("1h10m",),
+        ),
+        Case(
+            "JobQueueLabelCapReached fires when job types are folded for an hour",
+            "JobQueueLabelCapReached",
+            [s("jobqueue_exporter_job_types_folded", "1 0 " * 25 + "stale _x5 " + "1 0 " * 50)],
+            fire_at="1h",
+            value=1,
+            labels=lab(),
+            silent_at=("59m30s",),
+        ),
+        Case(
+            "JobQueueLabelCapReached stays silent when nothing is folded",
+            "JobQueueLabelCapReached",
+            [s("jobqueue_exporter_job_types_folded", "0x150")],
+            silent_at=("1h10m",),
+        ),
+    ]
+
+
+def new_type_cases() -> list[Case]:
+    cost = "jobqueue_cost_usd_total"
+    return [
+        Case(
+            "JobQueueCostNewJobType fires for a new type spending 50 USD per hour",
+            "JobQueueCostNewJobType",
+            [s(cost, "0+0.41666666666666666x200", job_type="new", component="ai")],
+            fire_at="40m",
+            value=33.33,
+            labels=lab(job_type="new"),
+            silent_at=("30m",),
+        ),
+        Case(
+            "JobQueueCostNewJobType stays silent at 19 USD per hour and on a cheap fresh install",
+            "JobQueueCostNewJobType",
+            [
+                s(cost, "0+0.15833333333333333x400", job_type="under", component="ai"),
+                s(cost, "0+0.025x400", job_type="cheap", component="ai"),
+            ],
+            silent_at=("1h30m", "3h"),
+        ),
+    ]
+
+
+def all_cases() -> list[Case]:
+    return [
+        *gauge_cases(),
+        *progress_cases(),
+        *counter_cases(),
+        *slo_cases(),
+        *health_cases(),
+        *new_type_cases(),
+        *burn_branch_cases(),
+        *more_progress_cases(),
+        *deadline_step_cases(),
+    ]
+
+
+def r(metric: str, values: str, **labels: str) -> tuple[str, str]:
+    """A recorded series (no instance label) of queue q1."""
+    base = {"job": "jobqueue-exporter", "queue": "q1", **labels}
+    return (
+        f"{metric}{{{', '.join(f'{k}={v!r}'.replace(chr(39), chr(34)) for k, v in base.items())}}}",
+        values,
+    )
+
+
+def _burns(slo: str, job_type: str, **windows: float) -> list[tuple[str, str]]:
+    out = []
+    for window in ("5m", "30m", "1h", "2h", "6h", "1d"):
+        value = windows.get("w" + window, 0.0)
+        out.append(r(f"slo:jobqueue_{slo}_errors:burn_rate{window}", f"{value!r}x40",
+                     job_type=job_type))  # fmt: skip
+    return out
+
+
+def burn_branch_cases() -> list[Case]:
+    """Each burn-rate branch alone, fed with recorded burn rates: above, on and half the
+    factor, one window of the pair high without the other, and the events floor."""
+    out = []
+    for slo, alert, events in (
+        ("attempt", "JobQueueErrorBudgetBurn", "slo:jobqueue_attempts:increase1h"),
+        ("wait", "JobQueueWaitBudgetBurn", "slo:jobqueue_wait_events:increase1h"),
+    ):
+        for severity, long, short, factor, for_ in (
+            ("critical", "1h", "5m", 14.4, "2m"),
+            ("critical", "6h", "30m", 6.0, "2m"),
+            ("warning", "1d", "2h", 3.0, "15m"),
+        ):
+            above = factor * 1.25
+            fire = "16m" if for_ == "15m" else "3m"
+            out.append(
+                Case(
+                    f"{alert} {severity} fires on the {long}/{short} pair alone at "
+                    f"{above:g}x with exactly the events floor",
+                    alert,
+                    [
+                        *_burns(slo, "hot", **{f"w{long}": above, f"w{short}": above}),
+                        r(events, "10x40", job_type="hot"),
+                    ],
+                    fire_at=fire,
+                    value=above,
+                    labels=lab(job_type="hot"),
+                    severities=(severity,),
+                    silent_at=("1m",) if for_ == "15m" else (),
+                )
+            )
+            series = []
+            for job_type, windows, count in (
+                ("longon", {f"w{long}": factor, f"w{short}": above}, "100"),
+                ("shorton", {f"w{long}": above, f"w{short}": factor}, "100"),
+                ("longhalf", {f"w{long}": factor * 0.75, f"w{short}": above}, "100"),
+                ("shorthalf", {f"w{long}": above, f"w{short}": factor * 0.75}, "100"),
+                ("long", {f"w{long}": above, f"w{short}": 0.0}, "100"),
+                ("short", {f"w{long}": 0.0, f"w{short}": above}, "100"),
+                ("few", {f"w{long}": above, f"w{short}": above}, "7"),
+            ):
+                series += [
+                    *_burns(slo, job_type, **windows),
+                    r(events, f"{count}x40", job_type=job_type),
+                ]
+            out.append(
+                Case(
+                    f"{alert} {severity} stays silent on the {long}/{short} pair at the "
+                    "factor, below it, with one window high, and below the events floor",
+                    alert,
+                    series,
+                    silent_at=("5m", "18m"),
+                )
+            )
+    return out
+
+
+def more_progress_cases() -> list[Case]:
+    ready = "jobqueue_jobs"
+    done = "jobqueue_jobs_completed_total"
+    return [
+        Case(
+            "JobQueueNoProgress fires for a single job that waits now and then",
+            "JobQueueNoProgress",
+            [
+                s(ready, "1 0 " * 20, job_type="one", status="pending"),
+                s(ready, "0 1 " * 20, job_type="one", status="running"),
+                s("jobqueue_stuck_jobs", "0 1 " * 20, job_type="one", reason="lease_expired"),
+                s(done, "0x40", job_type="one"),
+            ],
+            fire_at="5m",
+            value=1,
+            labels=lab(job_type="one"),
+            silent_at=("4m30s",),
+        ),
+        Case(
+            "JobQueueNoProgress stays silent on one completion or failure in 15m, one valid "
+            "lease now and then, and an empty queue",
+            "JobQueueNoProgress",
+            [
+                s(ready, "5x60", job_type="done1", status="pending"),
+                s(done, "0x9 1x60", job_type="done1"),
+                s(ready, "5x60", job_type="fail1", status="pending"),
+                s("jobqueue_job_failures_total", "0x9 1x60", job_type="fail1", reason="error"),
+                s(ready, "5x60", job_type="lease1", status="pending"),
+                s(ready, "1 0 " * 30, job_type="lease1", status="running"),
+                s(ready, "0x60", job_type="empty", status="pending"),
+                s(done, "0x60", job_type="empty"),
+            ],
+            silent_at=("10m", "14m", "18m"),
+        ),
+        Case(
+            "JobQueueHighFailureRatio counts every reason and both pods: exactly half is silent",
+            "JobQueueHighFailureRatio",
+            [
+                s("jobqueue_job_failures_total", "0+1x150", job_type="split", reason="error"),
+                s("jobqueue_job_failures_total", "0+1x150", job_type="split", reason="deadline"),
+                s(done, "0+2x75 _x75", job_type="split"),
+                s(done, "_x75 150+2x75", job_type="split", instance="b", pod="b"),
+            ],
+            silent_at=("50m", "70m"),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm counts every reason: exactly a fifth is silent",
+            "JobQueueWorkerCrashStorm",
+            [
+                s("jobqueue_job_failures_total", "0+1x60", job_type="mix", reason="lease_expired"),
+                s("jobqueue_job_failures_total", "0+1x60", job_type="mix", reason="error"),
+                s(done, "0+3x60", job_type="mix"),
+            ],
+            silent_at=("10m", "25m"),
+        ),
+    ]
+
+
+def deadline_step_cases() -> list[Case]:
+    fail = "jobqueue_job_failures_total"
+    return [
+        Case(
+            "JobQueueDeadlineKills: 20 kills at once raise the warning only, for the hour",
+            "JobQueueDeadlineKills",
+            [s(fail, "0x120 20x80", job_type="burst", reason="deadline")],
+            fire_at="1h15m",
+            value=20,
+            labels=lab(job_type="burst", reason="deadline"),
+            severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills: exactly 30 kills in the hour raise the warning only",
+            "JobQueueDeadlineKills",
+            [s(fail, "0x120 30x80", job_type="thirty", reason="deadline")],
+            fire_at="1h15m",
+            value=30,
+            labels=lab(job_type="thirty", reason="deadline"),
+            severities=("warning",),
+        ),
+        Case(
+            "JobQueueDeadlineKills stays silent on exactly 5 and on 4 kills at once",
+            "JobQueueDeadlineKills",
+            [
+                s(fail, "0x120 5x80", job_type="five", reason="deadline"),
+                s(fail, "0x120 4x80", job_type="four", reason="deadline"),
+            ],
+            silent_at=("1h15m", "1h25m", "1h35m"),
+        ),
+    ]
