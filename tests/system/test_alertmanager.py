@@ -323,3 +323,28 @@ def test_database_outage_of_one_queue_leaves_another_queue_of_the_job_alone(
             break
         time.sleep(0.1)
     assert states == {"qa": "suppressed", "qb": "active"}
+
+
+@pytest.mark.parametrize("cause", ["JobQueueDatabaseUnreachable", "JobQueueExporterDown"])
+def test_a_blinding_alert_in_one_namespace_leaves_another_namespace_alone(
+    alertmanager: str, cause: str
+) -> None:
+    # kube-prometheus gives every namespace's exporter the same job label: only namespace differs.
+    job = f"two-namespaces-{cause.lower()}"
+    source = {**_rule_labels(cause), "job": job, "namespace": "team-a", "queue": "orders"}
+    stuck = _rule_labels("JobQueueJobsStuck")
+    mine = {**stuck, "job": job, "namespace": "team-a", "queue": "orders", "job_type": "x"}
+    theirs = {**mine, "namespace": "team-b"}
+    _post(alertmanager, [source, mine, theirs])
+    expected = {"team-a": "suppressed", "team-b": "active"}
+    deadline = time.monotonic() + 15
+    while True:
+        states = {
+            a["labels"]["namespace"]: a["status"]["state"]
+            for a in _get(f"{alertmanager}/api/v2/alerts")
+            if a["labels"].get("job") == job and a["labels"]["alertname"] == "JobQueueJobsStuck"
+        }
+        if states == expected or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert states == expected
