@@ -159,3 +159,20 @@ async def table_locked(admin_dsn: str) -> AsyncIterator[asyncpg.Connection]:
     finally:
         if not conn.is_closed():
             conn.terminate()
+
+
+@contextlib.asynccontextmanager
+async def poller_running(poller: Poller) -> AsyncIterator[asyncio.Task[None]]:
+    """The poller's loop as a task for the length of the block, cancelled at its end."""
+    task = asyncio.create_task(poller.run())
+    try:
+        yield task
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def settle(poller: Poller, collections: int = 3) -> None:
+    """Let the poller read everything committed so far."""
+    for _ in range(collections):
+        await poller.wait_for_success()

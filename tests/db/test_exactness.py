@@ -10,38 +10,19 @@ an exporter restart in the middle.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import pytest
 
 from exporter.demo.fleet import Fleet, FleetConfig
-from exporter.poller import Poller
 from exporter.settings import Settings
-from tests.helpers import fast_settings, make_poller, wait_for_completions
+from tests.helpers import fast_settings, make_poller, poller_running, settle, wait_for_completions
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
 pytestmark = pytest.mark.slow
 
 CAP = 50
 BURST_TYPE = 99
-
-
-@contextlib.asynccontextmanager
-async def running(poller: Poller) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(poller.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def settle(poller: Poller, collections: int = 3) -> None:
-    """Let the exporter read everything committed so far."""
-    for _ in range(collections):
-        await poller.wait_for_success()
 
 
 async def test_counters_equal_ground_truth_through_hazards_and_a_restart(db_dsn: str) -> None:
@@ -74,7 +55,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
 
     first = make_poller(settings)
     try:
-        async with running(first) as loop_task:
+        async with poller_running(first) as loop_task:
             await first.wait_for_success()
             before = fleet.tally.snapshot()
             fleet.resume()
@@ -89,7 +70,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             assert await first.collect_once()
             await fleet.burst(BURST_TYPE)
             assert await first.collect_once()
-        async with running(first):
+        async with poller_running(first):
             await wait_for_completions(fleet, 30)
             await asyncio.gather(*late)
             await fleet.pause()
@@ -122,7 +103,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
     # A restart: the new process counts from its own first collection, nothing twice.
     second = make_poller(settings)
     try:
-        async with running(second):
+        async with poller_running(second):
             await second.wait_for_success()
             before = fleet.tally.snapshot()
             fleet.resume()

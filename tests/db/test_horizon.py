@@ -8,9 +8,8 @@ rows with one ``now()``, and let a backlog pile up while the exporter is stopped
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import asyncpg
 import pytest
@@ -20,7 +19,15 @@ from exporter.demo.cluster import TRUSTED_ROLE
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.poller import Poller
 from tests.conftest import execute, fetchval
-from tests.helpers import fast_settings, make_poller, scrape, value, wait_for_completions
+from tests.helpers import (
+    fast_settings,
+    make_poller,
+    poller_running,
+    scrape,
+    settle,
+    value,
+    wait_for_completions,
+)
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
 pytestmark = pytest.mark.slow
@@ -29,28 +36,13 @@ pytestmark = pytest.mark.slow
 LATE = 60.0
 
 
-@contextlib.asynccontextmanager
-async def running(poller: Poller) -> AsyncIterator[asyncio.Task[None]]:
-    task = asyncio.create_task(poller.run())
-    try:
-        yield task
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def settle(poller: Poller, collections: int = 3) -> None:
-    for _ in range(collections):
-        await poller.wait_for_success()
-
-
 async def test_a_transition_committed_60s_late_is_counted_exactly_once(db_dsn: str) -> None:
     # Other work goes on meanwhile, and is counted as it happens.
     fleet = Fleet(db_dsn, FleetConfig.fast(job_types=3, enqueue_rate=30.0, p_requeue=0.0))
     poller = make_poller(fast_settings(db_dsn, interval=0.2, commit_lag_tolerance=5.0))
     conn = await asyncpg.connect(db_dsn)
     try:
-        async with running(poller):
+        async with poller_running(poller):
             await poller.wait_for_success()
             await execute(db_dsn, "INSERT INTO job (job_type, status) VALUES (9, 1)")
             await execute(
@@ -182,7 +174,7 @@ async def test_a_backlog_is_read_in_chunks_over_several_cycles_with_exact_counte
         )  # fmt: skip
         assert changed > 5 * 40
         cycles = poller.generation
-        async with running(poller):
+        async with poller_running(poller):
             # The interval is 5 s, yet the backlog is read at once: cycles run back to back.
             await asyncio.wait_for(_until_caught_up(poller, changed // 40), 60.0)
             await settle(poller)
@@ -239,7 +231,7 @@ async def test_tracked_jobs_stay_bounded_by_the_active_ones(db_dsn: str) -> None
     poller.listeners.append(note)
     try:
         await fleet.start()
-        async with running(poller):
+        async with poller_running(poller):
             await poller.wait_for_success()
             await wait_for_completions(fleet, 600)
             await fleet.pause()

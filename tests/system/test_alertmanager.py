@@ -312,17 +312,24 @@ def test_database_outage_of_one_queue_leaves_another_queue_of_the_job_alone(
             {**_rule_labels("JobQueueJobsStuck"), "job": job, "queue": "qb", "job_type": "x"},
         ],
     )
+    expected = {"qa": "suppressed", "qb": "active"}
+    assert _stuck_states(alertmanager, job, "queue", expected) == expected
+
+
+def _stuck_states(
+    alertmanager: str, job: str, key: str, expected: dict[str, str]
+) -> dict[str, str]:
+    """JobsStuck's state by the ``key`` label, once it is ``expected`` or after 15 s."""
     deadline = time.monotonic() + 15
     while True:
         states = {
-            a["labels"]["queue"]: a["status"]["state"]
+            a["labels"][key]: a["status"]["state"]
             for a in _get(f"{alertmanager}/api/v2/alerts")
             if a["labels"].get("job") == job and a["labels"]["alertname"] == "JobQueueJobsStuck"
         }
-        if states == {"qa": "suppressed", "qb": "active"} or time.monotonic() > deadline:
-            break
+        if states == expected or time.monotonic() > deadline:
+            return states
         time.sleep(0.1)
-    assert states == {"qa": "suppressed", "qb": "active"}
 
 
 @pytest.mark.parametrize("cause", ["JobQueueDatabaseUnreachable", "JobQueueExporterDown"])
@@ -337,14 +344,4 @@ def test_a_blinding_alert_in_one_namespace_leaves_another_namespace_alone(
     theirs = {**mine, "namespace": "team-b"}
     _post(alertmanager, [source, mine, theirs])
     expected = {"team-a": "suppressed", "team-b": "active"}
-    deadline = time.monotonic() + 15
-    while True:
-        states = {
-            a["labels"]["namespace"]: a["status"]["state"]
-            for a in _get(f"{alertmanager}/api/v2/alerts")
-            if a["labels"].get("job") == job and a["labels"]["alertname"] == "JobQueueJobsStuck"
-        }
-        if states == expected or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert states == expected
+    assert _stuck_states(alertmanager, job, "namespace", expected) == expected

@@ -9,10 +9,11 @@ server must take down only that queue's jobqueue_up.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -39,12 +40,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 DEFAULT_JOBS = 5
 
 
-@pytest.fixture
-async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
-    """A database of its own with procrastinate's schema, installed by procrastinate."""
-    require("procrastinate")
-    from tests.system.presets.procrastinate_harness import install
-
+@contextlib.asynccontextmanager
+async def _library_database(
+    pg_cluster: PgServer, install: Callable[[str], None]
+) -> AsyncIterator[str]:
+    """A database of its own with a library's schema, installed by the library."""
     name = f"jqe_preset_{uuid.uuid4().hex[:12]}"
     await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
     try:
@@ -52,21 +52,26 @@ async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
         yield pg_cluster.dsn(name)
     finally:
         await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
+    """procrastinate's schema, installed by procrastinate."""
+    require("procrastinate")
+    from tests.system.presets.procrastinate_harness import install
+
+    async with _library_database(pg_cluster, install) as dsn:
+        yield dsn
 
 
 @pytest.fixture
 async def pgboss_db(pg_cluster: PgServer) -> AsyncIterator[str]:
-    """A database of its own with pg-boss's schema, installed by pg-boss (Node)."""
+    """pg-boss's schema, installed by pg-boss (Node)."""
     require("pg-boss")
     from tests.system.presets.pgboss_harness import install
 
-    name = f"jqe_preset_{uuid.uuid4().hex[:12]}"
-    await execute(pg_cluster.admin_dsn, f'CREATE DATABASE "{name}"')
-    try:
-        install(pg_cluster.dsn(name))
-        yield pg_cluster.dsn(name)
-    finally:
-        await execute(pg_cluster.admin_dsn, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    async with _library_database(pg_cluster, install) as dsn:
+        yield dsn
 
 
 @pytest.fixture
