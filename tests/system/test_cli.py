@@ -148,10 +148,16 @@ def test_run_without_dsn_lists_the_four_ways(capsys: pytest.CaptureFixture[str])
 def test_render_rules_needs_no_dsn_and_uses_alert_settings(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["render-rules", "--alerts.evaluation-interval=1m"], {}) == 0
+    flags = ["--alerts.evaluation-interval=1m", "--alerts.baseline-evaluation-interval=10m"]
+    assert main(["render-rules", *flags], {}) == 0
     rules = yaml.safe_load(capsys.readouterr().out)
-    assert rules["groups"]
-    assert {group["interval"] for group in rules["groups"]} == {"1m"}
+    intervals = {group["name"]: group["interval"] for group in rules["groups"]}
+    # The week-old baselines have a slower group of their own; the rest follow the flag.
+    assert intervals == {
+        "jobqueue-exporter.rules": "1m",
+        "jobqueue-exporter.baselines": "10m",
+        "jobqueue-exporter.alerts": "1m",
+    }
 
     output = tmp_path / "rules.yml"
     code = main(["render-rules", "--format", "prometheusrule", "--output", str(output)], {})
