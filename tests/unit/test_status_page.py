@@ -58,7 +58,9 @@ def test_header_shows_version_uptime_readiness_and_links() -> None:
     text = page(healthy(), down(), path="/custom")
     assert f"jobqueue-exporter <small>{__version__}</small>" in text
     assert "up 1 h · 1 of 2 queues ready" in text
-    assert RenderedPage(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
+    assert RenderedPage(text).links == [
+        "/custom", "/healthz", "/-/healthy", "/readyz", "/-/ready", DOCS_URL,
+    ]  # fmt: skip
     assert "configuration loaded" in text
     assert "reload failed" not in text
 
