@@ -316,7 +316,12 @@ def translate(exc: BaseException) -> DatabaseError:
     if isinstance(
         exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
     ):
+        # An unknown role lands here too (SQLSTATE 28000): the server refused the login.
         return DatabaseError("connection", f"authentication failed: {exc}")
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        # The DSN names a database the server does not have: the connection is what failed,
+        # and "query" would send the operator to the SQL instead of the DSN.
+        return DatabaseError("connection", f"connection failed: {exc}")
     if isinstance(exc, TimeoutError):
         return DatabaseError("timeout", "timed out waiting for the database")
     if isinstance(
