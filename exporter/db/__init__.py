@@ -14,9 +14,9 @@ from exporter.db.pool import (
     DatabaseError,
     Reading,
     load_queries,
-    quote_table,
     translate,
 )
+from exporter.settings.table import quote_table
 
 __all__ = [
     "APPLICATION_NAME",

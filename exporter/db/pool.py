@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import asyncpg
 
-from exporter.horizon import ChangeFeed, Horizon
+from exporter.db.catalog import MappingError, check_mapping, read_columns
+from exporter.db.sqltext import REFERENCE_SHAPE, TableShape, index_names, render_queries
+from exporter.horizon import NIL, ChangeFeed, Horizon
 from exporter.model import ActiveStats, Figures, JobRow, Snapshot
-from exporter.vocabulary import REQUIRED_INDEXES
+from exporter.settings.table import TableMapping, quote_table
 
 APPLICATION_NAME = "jobqueue-exporter"
 
@@ -33,19 +33,10 @@ class DatabaseError(Exception):
         self.reason = reason
 
 
-def load_queries(table: str) -> dict[str, str]:
-    """Read the named SQL blocks of queries.sql, with the table name filled in."""
-    text = resources.files("exporter").joinpath("sql/queries.sql").read_text(encoding="utf-8")
-    blocks: dict[str, str] = {}
-    for chunk in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = chunk.partition("\n")
-        blocks[name.strip()] = body.replace("{table}", quote_table(table)).strip()
-    return blocks
-
-
-def quote_table(table: str) -> str:
-    """Quote a possibly schema-qualified table name as SQL identifiers."""
-    return ".".join('"' + part.replace('"', '""') + '"' for part in table.split("."))
+def load_queries(table: str | TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
+    """The named SQL blocks of queries.sql for a reference-shaped table name, or a mapping."""
+    mapping = TableMapping(name=table) if isinstance(table, str) else table
+    return render_queries(mapping, shape)
 
 
 @dataclass
@@ -65,6 +56,7 @@ class ConnectOptions:
 
     dsn: str
     table: str = "job"
+    mapping: TableMapping | None = None  # the default profile's columns (None: the reference's)
     max_connections: int = 2
     connect_timeout: float = 5.0
     statement_timeout: float = 5.0
@@ -76,7 +68,11 @@ class Database:
 
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
-        self.queries = load_queries(options.table)
+        self.mapping = options.mapping or TableMapping(name=options.table)
+        # Rendered for the reference's types until the catalog has been read (see inspect()).
+        self.shape: TableShape | None = None
+        self.queries = load_queries(self.mapping)
+        self.required_indexes = index_names(self.mapping)
         self._pool: Any = None
 
     async def _get_pool(self) -> Any:
@@ -152,6 +148,8 @@ class Database:
         durations: dict[str, float] = {}
         try:
             async with self.session() as conn:
+                if self.shape is None:
+                    await self.inspect(conn)
                 baseline = since is None
                 if feed is not None:
                     baseline = not feed.started
@@ -211,9 +209,14 @@ class Database:
         slowest = 0.0
         query = self.queries["changes_after"]
         path_args = [list(p) for p in paths]
+        start = (self.shape or REFERENCE_SHAPE).cursor_start
         while (bounds := feed.chunk()) is not None:
             chunk_started = time.perf_counter()
-            rows = await conn.fetch(query, *bounds, *path_args)
+            at, job_id, end, size = bounds
+            # The cursor's start sorts before every job_id of the column's own type.
+            rows = await conn.fetch(
+                query, at, start if job_id == NIL else job_id, end, size, *path_args
+            )
             slowest = max(slowest, time.perf_counter() - chunk_started)
             if consume is not None:
                 consume([_changed_row(r) for r in rows])
@@ -223,18 +226,37 @@ class Database:
         # The slowest chunk: what the statement timeout must stay well above.
         durations["changes_after"] = slowest
 
-    async def missing_indexes(self, required: Sequence[str] = REQUIRED_INDEXES) -> list[str]:
-        """Names of the ``required`` indexes that do not exist; raises if the table is missing."""
+    async def inspect(self, conn: Any) -> TableShape:
+        """Check the table mapping against the catalog and render the queries for the table's
+        real types; DatabaseError("schema") naming every mistake when the catalog proves the
+        mapping wrong."""
+        try:
+            shape = check_mapping(self.mapping, await read_columns(conn, self.mapping))
+        except MappingError as exc:
+            self.shape = None
+            raise DatabaseError("schema", f"table mapping does not fit the table:\n{exc}") from None
+        if shape != self.shape:
+            self.queries = load_queries(self.mapping, shape)
+            self.shape = shape
+        return shape
+
+    async def missing_indexes(self, required: Sequence[str] | None = None) -> list[str]:
+        """Names of the ``required`` indexes (the mapping's, by default) that do not exist;
+        raises if the table is missing. The default profile's table is inspected again too, so
+        an ALTER TABLE is reported by name rather than as a failing query."""
         pool = await self._get_pool()
         try:
             async with pool.acquire() as conn:
-                row = await conn.fetchrow(self.queries["indexes"], self.options.table)
+                if required is None:
+                    await self.inspect(conn)
+                row = await conn.fetchrow(self.queries["indexes"], quote_table(self.mapping.name))
         except Exception as exc:
             raise translate(exc) from None
         if not row["table_exists"]:
             raise DatabaseError("schema", f"table {self.options.table} does not exist")
         names = set(row["names"])
-        return [name for name in required if name not in names]
+        wanted = self.required_indexes if required is None else required
+        return [name for name in wanted if name not in names]
 
     async def connections(self) -> int:
         """Connections the pool holds now (for tests and the footprint benchmark)."""
