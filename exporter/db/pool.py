@@ -16,9 +16,9 @@ from typing import Any
 
 import asyncpg
 
+from exporter.counting.changefeed import NIL, ChangeFeed, Horizon
 from exporter.db.catalog import MappingError, check_mapping, read_columns
 from exporter.db.sqltext import REFERENCE_SHAPE, TableShape, index_names, render_queries
-from exporter.horizon import NIL, ChangeFeed, Horizon
 from exporter.model import ActiveStats, Figures, JobRow, Snapshot
 from exporter.settings.table import TableMapping, quote_table
 
@@ -153,7 +153,7 @@ class Database:
                 baseline = since is None
                 if feed is not None:
                     baseline = not feed.started
-                    # Autocommit, before the snapshot: see exporter/horizon.py for why.
+                    # Autocommit, before the snapshot: see exporter/counting/changefeed.py for why.
                     started = time.perf_counter()
                     feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
                     durations["horizon"] = time.perf_counter() - started
