@@ -29,7 +29,7 @@ from exporter.settings import (
 )
 
 PROG = "jobqueue-exporter"
-COMMANDS = ("run", "demo", "render-rules")
+COMMANDS = ("run", "demo", "render-rules", "indexes")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 MISSING_DSN = f"""\
@@ -93,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=COMMANDS,
         default="run",
         help="run (default): serve metrics; demo: throwaway database and simulated workers; "
-        "render-rules: print the alert rules",
+        "render-rules: print the alert rules; indexes: print the CREATE INDEX statements each "
+        "queue's table needs",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument(
@@ -215,6 +216,29 @@ def _render_rules(settings: Settings, fmt: str, output: str | None) -> int:
     return EXIT_OK
 
 
+# --- Table mappings: the indexes they need, and the catalog's verdict on them -----------------
+
+
+def _print_indexes(settings: Settings) -> int:
+    from exporter.db.sqltext import index_script
+
+    sys.stdout.write(index_script(settings.queues))
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _checked_tables(settings: Settings) -> Settings:
+    """The settings, once every reachable database's catalog agrees with its queue's table
+    mapping (ConfigError otherwise: at start-up the exporter exits, on a reload the running
+    configuration stays); a database that is down is checked at its first collection."""
+    import asyncio
+
+    from exporter.db.catalog import check_tables
+
+    asyncio.run(check_tables(settings))
+    return settings
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Parse the command line and environment, run the chosen command, return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -244,6 +268,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     setup_logging(settings.log.level, settings.log.format, settings.passwords)
     if command == "render-rules":
         return _render_rules(settings, namespace.format, namespace.output)
+    if command == "indexes":
+        return _print_indexes(settings)
     from exporter.demo import run_demo
     from exporter.service import run
     from exporter.web.validate import WebConfigError
@@ -263,11 +289,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     frozen_env = dict(env)
 
     def reload_settings() -> Settings:
-        return settings_from_namespace(namespace, frozen_env)
+        return _checked_tables(settings_from_namespace(namespace, frozen_env))
 
     try:
         if command == "demo":
             return run_demo(settings)
+        _checked_tables(settings)
+    except ConfigError as exc:
+        _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
+        return EXIT_USAGE
+    try:
         return run(settings, reload_settings, systemd_sockets(env))
     except WebConfigError as exc:
         _write(sys.stderr, f"{PROG}: web config error: {exc}")

@@ -17,6 +17,20 @@ from exporter.vocabulary import OTHER as OTHER_LABEL
 
 PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
 _K = TypeVar("_K")
+# The job_type column's value: a number (the reference table), or text of a mapped table.
+JobType = int | str
+# A text job type is untrusted input (whoever may enqueue writes it): its label keeps at most
+# this many characters. 128 holds the dotted task paths queue libraries use (well under 100)
+# and a readable legend; with the label cap, a scrape stays small whatever was enqueued.
+MAX_JOB_TYPE_LABEL = 128
+CUT_MARK = "\u2026"  # ends a label that was cut, so it never passes for the whole name
+
+
+def job_type_label(text: str) -> str:
+    """A text job type as a label value: itself, or cut to MAX_JOB_TYPE_LABEL characters."""
+    if len(text) <= MAX_JOB_TYPE_LABEL:
+        return text
+    return text[: MAX_JOB_TYPE_LABEL - 1] + CUT_MARK
 
 
 @dataclass(frozen=True)
@@ -38,7 +52,7 @@ class JobRow:
     """One row of the job table as the change query returns it."""
 
     job_id: str
-    job_type: int
+    job_type: JobType
     status: int
     attempts: int
     max_attempts: int
@@ -73,13 +87,14 @@ class Snapshot:
     """The queue's live state at one database instant."""
 
     taken_at: float
-    active: dict[int, ActiveStats]
-    dead: dict[int, int] | None  # None when this cycle did not recount the dead letter
-    done: dict[int, int] | None = None
+    active: dict[JobType, ActiveStats]
+    dead: dict[JobType, int] | None  # None when this cycle did not recount the dead letter
+    done: dict[JobType, int] | None = None
 
 
 class JobTypeLabels:
-    """Maps job_type numbers to bounded label values: configured names, else the number, else other.
+    """Maps job types to bounded label values: configured names, else the number (or the text,
+    cut to MAX_JOB_TYPE_LABEL), else other.
 
     A job type keeps the label it was first given for the life of the process, so a counter never
     moves between label sets; once ``cap`` distinct labels exist, new job types fold into "other".
@@ -88,19 +103,21 @@ class JobTypeLabels:
     def __init__(self, names: dict[int, str], cap: int) -> None:
         self._names = dict(names)
         self._cap = cap
-        self._assigned: dict[int, str] = {}
+        self._assigned: dict[JobType, str] = {}
         self._labels: list[str] = []
-        self.folded: set[int] = set()
+        self.folded: set[JobType] = set()
         for job_type in sorted(names):
             self.label(job_type)
 
-    def label(self, job_type: int) -> str:
+    def label(self, job_type: JobType) -> str:
         """Return the label of ``job_type``, assigning one on first sight."""
         found = self._assigned.get(job_type)
         if found is not None:
             return found
-        if len(self._labels) < self._cap:
-            label = self._names.get(job_type, str(job_type))
+        label = self._name(job_type, self._names)
+        if label in self._labels:
+            pass  # text cut to the same label: one label, one slot of the cap
+        elif len(self._labels) < self._cap:
             self._labels.append(label)
         else:
             label = OTHER_LABEL
@@ -109,6 +126,12 @@ class JobTypeLabels:
                 self._labels.append(OTHER_LABEL)
         self._assigned[job_type] = label
         return label
+
+    @staticmethod
+    def _name(job_type: JobType, names: dict[int, str]) -> str:
+        if isinstance(job_type, str):
+            return job_type_label(job_type)
+        return names.get(job_type, str(job_type))
 
     @property
     def labels(self) -> list[str]:
@@ -125,7 +148,7 @@ class JobTypeLabels:
         self._names, self._cap = dict(names), cap
         moved: dict[str, str] = {}
         for job_type, old in self._assigned.items():
-            new = old if job_type in self.folded else names.get(job_type, str(job_type))
+            new = old if job_type in self.folded else self._name(job_type, names)
             if new != old:
                 moved.setdefault(old, new)
                 self._assigned[job_type] = new
@@ -308,7 +331,7 @@ class QueueView:
     queue: str  # the queue label
     leader: bool  # only the elected collector exports the queue's series
     snapshot: Snapshot | None  # None while stale or on a standby: queue gauges are withdrawn
-    label_of: dict[int, str]
+    label_of: dict[JobType, str]
     labels: tuple[str, ...]
     folded: int
     tallies: Tallies | None  # None on a standby: it counts nothing

@@ -19,9 +19,9 @@ from exporter.counting.changefeed import ChangeFeed
 from exporter.counting.results import ResultPaths
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.db import Database, DatabaseError
-from exporter.model import Health, JobTypeLabels, QueueView, Snapshot, Tallies
+from exporter.model import Health, JobType, JobTypeLabels, QueueView, Snapshot, Tallies
 from exporter.settings import QueueSettings
-from exporter.vocabulary import INDEX_FILE, REQUIRED_INDEXES
+from exporter.vocabulary import INDEX_FILE
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Poller:
         self.generation = 0  # bumped after every collection, for render caches
         self._cycle = 0
         self._indexes_checked_at: int | None = None
-        self._dead: dict[int, int] = {}
+        self._dead: dict[JobType, int] = {}
         self._dead_counted_at: int | None = None
         self._finished = asyncio.Condition()
         # Called (synchronously, on the event loop) after every collection.
@@ -316,7 +316,8 @@ class Poller:
 
     async def _check_indexes(self) -> None:
         missing = await self.database.missing_indexes()
-        self.health.missing_indexes = {name: int(name in missing) for name in REQUIRED_INDEXES}
+        required = self.database.required_indexes  # named after the (mapped) table
+        self.health.missing_indexes = {name: int(name in missing) for name in required}
         self._indexes_checked_at = self._cycle
         for name in missing:
             log.warning(

@@ -18,6 +18,7 @@ from exporter.logs import log_fields
 from exporter.model import Health, QueueStatus, QueueView
 from exporter.preset_poller import make_poller, watched_table
 from exporter.settings import Change, QueueSettings
+from exporter.vocabulary import DEFAULT_PROFILE
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def connect_options(queue: QueueSettings) -> ConnectOptions:
         # A preset's main table: the election's lock is keyed by its OID, so exporters watching
         # the same library's tables elect one collector, as for the default job table.
         table=watched_table(queue),
+        mapping=queue.mapping if queue.profile == DEFAULT_PROFILE else None,
         max_connections=db.max_connections,
         connect_timeout=db.connect_timeout,
         statement_timeout=collect.statement_timeout,

@@ -21,7 +21,16 @@ from exporter.counting.results import (
     decode_result,
     split_error,
 )
-from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
+from exporter.model import (
+    DEAD,
+    DONE,
+    PENDING,
+    RUNNING,
+    JobRow,
+    JobType,
+    JobTypeLabels,
+    Tallies,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +90,7 @@ class Tracker:
         self._floor: float | None = None
         # Change in the number of DEAD rows per job_type since the reader last cleared it, so
         # the dead-letter gauge can be kept current without counting the dead letter every cycle.
-        self.dead_delta: Counter[int] = Counter()
+        self.dead_delta: Counter[JobType] = Counter()
 
     @property
     def started(self) -> bool:

@@ -8,38 +8,33 @@ YAML line of the mistake, and the table's real columns.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.db.sqltext import TableShape
-from exporter.settings.sources import suggest
-from exporter.settings.table import ROLES, UNREAD_ROLES, TableMapping, quote_table
-from exporter.vocabulary import Status
+import asyncpg
 
-# Base types (pg_type.typname) each role may have. A domain counts as its base type.
-_INTEGER = frozenset({"int2", "int4", "int8"})
-_TEXT = frozenset({"text", "varchar", "bpchar"})
-_TIME = frozenset({"timestamptz"})
-ENUM = "enum"
-USABLE: dict[str, frozenset[str]] = {
-    "job_id": frozenset({"uuid"}) | _INTEGER | _TEXT,
-    "job_type": _INTEGER | _TEXT | {ENUM},
-    "status": _INTEGER | _TEXT | {ENUM},
-    "attempts": _INTEGER,
-    "max_attempts": _INTEGER,
-    "lease_until": _TIME,
-    "run_after": _TIME,
-    "run_started_at": _TIME,
-    "created_at": _TIME,
-    "updated_at": _TIME,
-    "result": frozenset({"jsonb"}),
-    "last_error": _TEXT,
-}
-_TIME_WHY = (
-    "timestamp with time zone (a timestamp without one depends on the writer's TimeZone, so "
-    "its instants cannot be compared with now())"
+from exporter.db.sqltext import TableShape
+from exporter.settings import ConfigError, QueueSettings, Settings
+from exporter.settings.table import (
+    ENUM,
+    INTEGER_TYPES,
+    ROLES,
+    TIME_TYPES,
+    TIME_WHY,
+    UNREAD_ROLES,
+    USABLE,
+    TableMapping,
+    quote_table,
 )
+from exporter.settings.yamlfile import suggest
+from exporter.vocabulary import DEFAULT_PROFILE, Status
+
+log = logging.getLogger(__name__)
+# How the exporter's sessions name themselves in pg_stat_activity.
+APPLICATION_NAME = "jobqueue-exporter"
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
@@ -105,7 +100,7 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
             continue
         usable = USABLE.get(role)
         if usable is not None and column.base not in usable:
-            wanted = _TIME_WHY if usable == _TIME else "one of " + ", ".join(sorted(usable))
+            wanted = TIME_WHY if usable == TIME_TYPES else "one of " + ", ".join(sorted(usable))
             fail(f"columns.{role}", f"column {name} is {column.declared}; {role} needs {wanted}")
     status = found.get(mapping.column("status"))
     if status is not None:
@@ -114,7 +109,7 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
         raise MappingError("\n".join(problems))
     job_id = found[mapping.column("job_id")]
     job_type = found[mapping.column("job_type")]
-    return TableShape(job_id.base, job_type.base not in _INTEGER)
+    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES)
 
 
 def _check_status_values(
@@ -123,9 +118,9 @@ def _check_status_values(
     for status in Status:
         value = mapping.value(status)
         path = f"status_values.{status.label}"
-        if column.base in _INTEGER and not isinstance(value, int):
+        if column.base in INTEGER_TYPES and not isinstance(value, int):
             fail(path, f"{value!r} is text, but column {column.name} is {column.declared}")
-        elif column.base not in _INTEGER and isinstance(value, int):
+        elif column.base not in INTEGER_TYPES and isinstance(value, int):
             fail(path, f"{value} is a number, but column {column.name} is {column.declared}")
         elif column.base == ENUM and value not in column.labels:
             labels = ", ".join(column.labels)
@@ -134,3 +129,52 @@ def _check_status_values(
                 f"{value!r} is not a value of {column.declared}{suggest(str(value), column.labels)}"
                 f"; its values: {labels}",
             )
+
+
+async def _check_one(queue: QueueSettings) -> str | None:
+    """The catalog's verdict on one queue's mapping: None when it fits or cannot be asked."""
+    assert queue.database.dsn is not None
+    mapping = queue.mapping
+    try:
+        conn = await asyncpg.connect(
+            queue.database.dsn,
+            timeout=queue.database.connect_timeout,
+            command_timeout=queue.collect.statement_timeout,
+            server_settings={
+                "application_name": APPLICATION_NAME,
+                "default_transaction_read_only": "on",
+            },
+        )
+    except Exception as exc:
+        # A database that is down must not keep the exporter from serving jobqueue_up 0: the
+        # first collection that reaches it checks the mapping instead.
+        log.warning(
+            "table mapping not checked now: the database cannot be reached; the first "
+            "collection checks it",
+            extra={"fields": {"queue": queue.name, "error": f"{type(exc).__name__}: {exc}"}},
+        )
+        return None
+    try:
+        check_mapping(mapping, await read_columns(conn, mapping))
+    except MappingError as exc:
+        return f"queue {queue.name}: the table mapping does not fit the table:\n{exc}"
+    except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
+        log.warning(
+            "table mapping not checked now: the catalog query failed; the first collection "
+            "checks it",
+            extra={"fields": {"queue": queue.name, "error": f"{type(exc).__name__}: {exc}"}},
+        )
+    finally:
+        await conn.close()
+    return None
+
+
+async def check_tables(settings: Settings) -> None:
+    """Check every default-profile queue's table mapping against its database's catalog, all at
+    once; ConfigError naming each mistake (field, YAML line, real columns). A database that
+    cannot be reached is not an error: it is checked at its first collection."""
+    queues = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
+    verdicts = await asyncio.gather(*(_check_one(queue) for queue in queues))
+    problems = [verdict for verdict in verdicts if verdict is not None]
+    if problems:
+        raise ConfigError("\n".join(problems))

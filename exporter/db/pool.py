@@ -17,12 +17,11 @@ from typing import Any
 import asyncpg
 
 from exporter.counting.changefeed import NIL, ChangeFeed, Horizon
+from exporter.db.catalog import APPLICATION_NAME as APPLICATION_NAME
 from exporter.db.catalog import MappingError, check_mapping, read_columns
 from exporter.db.sqltext import REFERENCE_SHAPE, TableShape, index_names, render_queries
 from exporter.model import ActiveStats, Figures, JobRow, Snapshot
 from exporter.settings.table import TableMapping, quote_table
-
-APPLICATION_NAME = "jobqueue-exporter"
 
 
 class DatabaseError(Exception):

@@ -8,9 +8,11 @@ replacing the reference's names in its statements. No I/O beyond reading the pac
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
+from exporter.settings import QueueSettings
 from exporter.settings.table import (
     ROLES,
     TableMapping,
@@ -18,7 +20,7 @@ from exporter.settings.table import (
     quote_table,
     sql_literal,
 )
-from exporter.vocabulary import Status
+from exporter.vocabulary import DEFAULT_PROFILE, Status
 
 # A text job type is cut to this many characters in SQL: one more than the label keeps, so
 # the label knows it was cut (model.JobTypeLabels), and a megabyte never crosses the wire.
@@ -154,3 +156,29 @@ def index_statements(mapping: TableMapping) -> list[IndexStatement]:
 def index_names(mapping: TableMapping) -> tuple[str, ...]:
     """The names of the indexes the mapped table needs (what the index check looks for)."""
     return tuple(statement.name for statement in index_statements(mapping))
+
+
+def index_script(queues: Sequence[QueueSettings]) -> str:
+    """The CREATE INDEX CONCURRENTLY statements every default-profile queue's table needs, each
+    with its reason, once per table: what ``jobqueue-exporter indexes`` prints."""
+    out = [
+        "-- The exporter's indexes for each queue's table (exporter/sql/indexes.sql, rendered",
+        "-- for its table: mapping). CONCURRENTLY does not block the queue's writes; each",
+        "-- statement runs on its own, outside a transaction, as psql -f runs them.",
+    ]
+    done: set[str] = set()
+    for queue in queues:
+        if queue.profile != DEFAULT_PROFILE:
+            out += ["", f"-- Queue {queue.name}: the {queue.profile} preset (docs/presets.md)."]
+            continue
+        mapping = queue.mapping
+        out += ["", f"-- Queue {queue.name}: table {mapping.name}."]
+        if mapping.name in done:
+            out.append("-- (the same table as an earlier queue: its indexes are above)")
+            continue
+        done.add(mapping.name)
+        for statement in index_statements(mapping):
+            out += (
+                ["", statement.comment, statement.sql] if statement.comment else ["", statement.sql]
+            )
+    return "\n".join(out) + "\n"

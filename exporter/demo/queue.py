@@ -22,7 +22,7 @@ NOTIFY_CHANNEL = "lps_job"
 DEADLINE_ERROR = "JobDeadlineExceeded: ran longer than 300s"
 LEASE_EXPIRED_MARKER = " [lease-expired reclaim]"
 
-SCHEMA_FILE = Path(__file__).with_name("schema.sql")
+SCHEMA_FILE = Path(__file__).parent.parent / "sql" / "schema.sql"
 INDEXES_FILE = Path(__file__).parent.parent / "sql" / "indexes.sql"
 
 _ROW = """job_id, job_type, status, attempts, max_attempts, worker_id, created_at, run_after,

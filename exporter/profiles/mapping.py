@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.model import ActiveStats, Coverage, Histogram, JobTypeLabels, Snapshot
+from exporter.model import ActiveStats, Coverage, Histogram, JobType, JobTypeLabels, Snapshot
 from exporter.model import Tallies as ModelTallies
 from exporter.profiles.base import Exactness, Reading, Tallies
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
@@ -103,8 +103,8 @@ class PresetJobTypes(JobTypeLabels):
 
 def snapshot_of(reading: Reading, labels: PresetJobTypes, coverage: Coverage) -> Snapshot:
     """The reading's gauges as the exporter's snapshot, keyed by job type number."""
-    active: dict[int, ActiveStats] = {}
-    held: dict[int, int] = {}
+    active: dict[JobType, ActiveStats] = {}
+    held: dict[JobType, int] = {}
     for name, gauges in reading.gauges.items():
         number = labels.number(name)
         active[number] = ActiveStats(

@@ -8,7 +8,6 @@ each naming its dotted key (and, for the file, its line).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +33,7 @@ from exporter.settings.secrets import (
 )
 from exporter.settings.spec import Setting, specs_of
 from exporter.settings.table import TableMapping, parse_mapping
-from exporter.settings.yamlfile import ConfigError, Document, read_document
+from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
 from exporter.vocabulary import DEFAULT_PROFILE
 
 CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
@@ -60,12 +59,6 @@ SECTIONS = (*QUEUE_SECTIONS, TABLE_KEY, QUEUES_KEY, *PROCESS_SECTIONS)
 
 
 # --- Values ---------------------------------------------------------------------------------
-
-
-def suggest(word: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for a near miss, else nothing."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def parse_value(setting: Setting, value: object, from_text: bool) -> object:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.settings.kinds import parse_table, show
+from exporter.settings.yamlfile import suggest
 from exporter.vocabulary import Status
 
 # Each role of the reference table, with what the column must mean; the order of schema.sql.
@@ -31,6 +32,29 @@ ROLES: dict[str, str] = {
     "created_at": "insert time",
     "updated_at": "now() of every transition and heartbeat: the change cursor",
 }
+# Base types (pg_type.typname) each role may have. A domain counts as its base type.
+INTEGER_TYPES = frozenset({"int2", "int4", "int8"})
+TEXT_TYPES = frozenset({"text", "varchar", "bpchar"})
+TIME_TYPES = frozenset({"timestamptz"})
+ENUM = "enum"
+USABLE: dict[str, frozenset[str]] = {
+    "job_id": frozenset({"uuid"}) | INTEGER_TYPES | TEXT_TYPES,
+    "job_type": INTEGER_TYPES | TEXT_TYPES | {ENUM},
+    "status": INTEGER_TYPES | TEXT_TYPES | {ENUM},
+    "attempts": INTEGER_TYPES,
+    "max_attempts": INTEGER_TYPES,
+    "lease_until": TIME_TYPES,
+    "run_after": TIME_TYPES,
+    "run_started_at": TIME_TYPES,
+    "created_at": TIME_TYPES,
+    "updated_at": TIME_TYPES,
+    "result": frozenset({"jsonb"}),
+    "last_error": TEXT_TYPES,
+}
+TIME_WHY = (
+    "timestamp with time zone (a timestamp without one depends on the writer's TimeZone, so "
+    "its instants cannot be compared with now())"
+)
 # Columns the exporter never reads: required only when the mapping names them.
 UNREAD_ROLES = ("priority", "worker_id")
 STATUS_NAMES: tuple[str, ...] = tuple(status.label for status in Status)
@@ -39,13 +63,6 @@ REFERENCE_STATUS_VALUES: dict[str, int | str] = {s.label: int(s) for s in Status
 _KEYS = ("name", "columns", "status_values")
 MAX_IDENTIFIER = 63  # PostgreSQL's NAMEDATALEN - 1
 _Fail = Callable[[str, str], None]
-
-
-def _close(word: str, candidates: tuple[str, ...] | list[str]) -> str:
-    # settings.sources' suggester, imported late: sources imports this module.
-    from exporter.settings.sources import suggest
-
-    return suggest(word, candidates)
 
 
 @dataclass(frozen=True)
@@ -110,7 +127,9 @@ def parse_mapping(
         return None
     for key in value:
         if key not in _KEYS:
-            fail(str(key), f"unknown key{_close(str(key), _KEYS)} (a table has {', '.join(_KEYS)})")
+            fail(
+                str(key), f"unknown key{suggest(str(key), _KEYS)} (a table has {', '.join(_KEYS)})"
+            )
     name = REFERENCE_TABLE
     if "name" in value:
         try:
@@ -136,7 +155,7 @@ def _columns(raw: object, fail: _Fail) -> dict[str, str]:
     for role, column in raw.items():
         path = f"columns.{role}"
         if role not in ROLES:
-            fail(path, f"unknown column role{_close(str(role), list(ROLES))}")
+            fail(path, f"unknown column role{suggest(str(role), list(ROLES))}")
             continue
         if not isinstance(column, str) or not column:
             fail(path, f"expected a column name, got {show(column)}")
@@ -162,7 +181,7 @@ def _status_values(raw: object, fail: _Fail) -> dict[str, int | str]:
     for status, found in raw.items():
         path = f"status_values.{status}"
         if status not in STATUS_NAMES:
-            fail(path, f"unknown status{_close(str(status), STATUS_NAMES)}")
+            fail(path, f"unknown status{suggest(str(status), STATUS_NAMES)}")
         elif isinstance(found, bool) or not isinstance(found, int | str) or found == "":
             fail(path, f"expected an integer or a text value, got {show(found)}")
         else:
