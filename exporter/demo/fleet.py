@@ -76,9 +76,15 @@ class Fleet:
     """Workers, an enqueuer, a reaper and an operator running against one database."""
 
     def __init__(
-        self, dsn: str, config: FleetConfig | None = None, tally: Tally | None = None
+        self,
+        dsn: str,
+        config: FleetConfig | None = None,
+        tally: Tally | None = None,
+        queue: type[JobQueue] = JobQueue,
     ) -> None:
+        """``queue``: whose statements drive the table (JobQueue's, for the job table)."""
         self.dsn = dsn
+        self.queue = queue
         self.config = config or FleetConfig()
         self.tally = tally if tally is not None else Tally()
         self.errors = 0  # database errors; the tally is exact only while this stays 0
@@ -89,7 +95,7 @@ class Fleet:
         self._idle = asyncio.Event()
         self._idle.set()
         self._inflight = 0
-        self._reserved: set[uuid.UUID] = set()  # jobs driven by hazard helpers only
+        self._reserved: set[Any] = set()  # jobs driven by hazard helpers only
         self._serial = 0
         self._recent_keys: list[str] = []
 
@@ -152,7 +158,7 @@ class Fleet:
         self._idle.clear()
         try:
             async with self._connection() as conn:
-                yield JobQueue(conn, backoff_base=self.config.backoff_base)
+                yield self.queue(conn, backoff_base=self.config.backoff_base)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -307,13 +313,7 @@ class Fleet:
         async def body() -> None:
             await asyncio.sleep(self.config.operator_interval)
             async with self._transaction() as queue:
-                rows = await queue.conn.fetch(
-                    "SELECT job_id, updated_at FROM job WHERE status = 4"
-                    " AND updated_at < now() - make_interval(secs => $2)"
-                    " AND NOT (job_id = ANY($1::uuid[])) ORDER BY updated_at DESC LIMIT 50",
-                    list(self._reserved),
-                    self.config.requeue_after,
-                )
+                rows = await queue.dead_letters(self._reserved, self.config.requeue_after)
             for row in rows:
                 # Each death is considered once, as an operator would look at it once.
                 if (row["job_id"], row["updated_at"]) in seen:
@@ -329,7 +329,7 @@ class Fleet:
 
     async def _reserved_job(self, queue: JobQueue, job_type: int, max_attempts: int) -> Transition:
         """Enqueue a job that the fleet's own processes will leave alone."""
-        job_id = uuid.uuid4()
+        job_id = self.queue.new_id()
         self._reserved.add(job_id)
         job = await queue.enqueue(
             job_type, {"hazard": True}, max_attempts=max_attempts, job_id=job_id
@@ -353,7 +353,7 @@ class Fleet:
         seconds after the time it claims; ``executed`` is set once the statement ran.
         """
         async with self._connection() as conn:
-            queue = JobQueue(conn, backoff_base=0.0)
+            queue = self.queue(conn, backoff_base=0.0)
             job: Transition | None = None
             if action != "enqueue":
                 job = await self._reserved_job(queue, job_type, max_attempts=1)
@@ -379,7 +379,7 @@ class Fleet:
         """Drive one job through 4 failures (error, lease, deadline, lease) and a completion."""
         steps: list[Transition] = []
         async with self._connection() as conn:
-            queue = JobQueue(conn, backoff_base=0.0)
+            queue = self.queue(conn, backoff_base=0.0)
             job = await self._reserved_job(queue, job_type, max_attempts=5)
             steps.append(job)
             for step in ("fail", "die", "deadline", "die", "complete"):

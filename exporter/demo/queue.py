@@ -86,6 +86,13 @@ UPDATE job SET status = 1, attempts = 0, run_after = now(), lease_until = NULL,
 WHERE job_id = $1 AND status = 4
 RETURNING {_ROW}
 """
+# The operator's list of dead letters (the queue's admin job list, filtered on DEAD).
+_DEAD_LETTERS = """
+SELECT job_id, updated_at FROM job
+WHERE status = 4 AND updated_at < now() - make_interval(secs => $2)
+  AND NOT (job_id = ANY($1::uuid[]))
+ORDER BY updated_at DESC LIMIT 50
+"""
 
 
 @dataclass(frozen=True)
@@ -93,8 +100,8 @@ class Transition:
     """One committed change of a job row, as its RETURNING clause reported it."""
 
     kind: str  # enqueue | claim | renew | complete | fail | reap | requeue
-    job_id: uuid.UUID
-    job_type: int
+    job_id: Any  # uuid.UUID in the job table
+    job_type: int | str
     status: int
     attempts: int
     max_attempts: int
@@ -130,7 +137,24 @@ class Transition:
 
 
 class JobQueue:
-    """The queue's transitions on one asyncpg connection (in the caller's transaction, if any)."""
+    """The queue's transitions on one asyncpg connection (in the caller's transaction, if any).
+
+    The statements are class attributes, so a test can run the same machine on a table of
+    another shape (tests/mapped_queue.py) by translating them.
+    """
+
+    ENQUEUE, CLAIM, RENEW, COMPLETE = _ENQUEUE, _CLAIM, _RENEW, _COMPLETE
+    FAIL, REAP, REQUEUE, DEAD_LETTERS = _FAIL, _REAP, _REQUEUE, _DEAD_LETTERS
+
+    @classmethod
+    def job_type_of(cls, number: int) -> int | str:
+        """The value the table stores for the fleet's job type ``number``."""
+        return number
+
+    @classmethod
+    def new_id(cls) -> Any:
+        """A fresh job_id, for jobs a hazard helper enqueues under an id it knows."""
+        return uuid.uuid4()
 
     def __init__(self, conn: asyncpg.Connection, *, backoff_base: float = 5.0) -> None:
         self.conn = conn
@@ -149,8 +173,8 @@ class JobQueue:
         """Insert a pending job; None when an active job already holds the dedupe_key."""
         async with self.conn.transaction():
             row = await self.conn.fetchrow(
-                _ENQUEUE, job_id, job_type, priority, json.dumps(payload or {}),
-                dedupe_key, max_attempts,
+                self.ENQUEUE, job_id, self.job_type_of(job_type), priority,
+                json.dumps(payload or {}), dedupe_key, max_attempts,
             )  # fmt: skip
             if row is None:
                 return None
@@ -167,43 +191,51 @@ class JobQueue:
         exclude: Collection[uuid.UUID] = (),
     ) -> Transition | None:
         """Take the next claimable pending job (or the given one); None when there is none."""
-        row = await self.conn.fetchrow(_CLAIM, worker_id, lease_seconds, job_id, list(exclude))
+        row = await self.conn.fetchrow(self.CLAIM, worker_id, lease_seconds, job_id, list(exclude))
         return None if row is None else Transition.from_row("claim", row)
 
     async def renew(
         self, job_id: uuid.UUID, worker_id: str, lease_seconds: float
     ) -> Transition | None:
         """Push the lease forward; None when the worker no longer owns the job."""
-        row = await self.conn.fetchrow(_RENEW, job_id, worker_id, lease_seconds)
+        row = await self.conn.fetchrow(self.RENEW, job_id, worker_id, lease_seconds)
         return None if row is None else Transition.from_row("renew", row)
 
     async def complete(self, job_id: uuid.UUID, worker_id: str, result: Any) -> Transition | None:
         """Store the result and mark the job done; None when the worker no longer owns it."""
-        row = await self.conn.fetchrow(_COMPLETE, job_id, worker_id, json.dumps(result))
+        row = await self.conn.fetchrow(self.COMPLETE, job_id, worker_id, json.dumps(result))
         return None if row is None else Transition.from_row("complete", row)
 
     async def fail(self, job_id: uuid.UUID, worker_id: str, error: str) -> Transition | None:
         """Retry after backoff, or dead-letter when attempts are used up; None when not owned."""
-        row = await self.conn.fetchrow(_FAIL, job_id, worker_id, error[:2000], self.backoff_base)
+        row = await self.conn.fetchrow(
+            self.FAIL, job_id, worker_id, error[:2000], self.backoff_base
+        )
         return None if row is None else Transition.from_row("fail", row)
 
     async def reap(
         self, *, job_id: uuid.UUID | None = None, exclude: Collection[uuid.UUID] = ()
     ) -> list[Transition]:
         """Reclaim running jobs whose lease ran out (their worker died)."""
-        rows = await self.conn.fetch(_REAP, job_id, list(exclude))
+        rows = await self.conn.fetch(self.REAP, job_id, list(exclude))
         return [Transition.from_row("reap", row) for row in rows]
 
     async def requeue(self, job_id: uuid.UUID) -> Transition | None:
         """Put a dead job back to pending; None when it is not dead or its dedupe_key is taken."""
         try:
             async with self.conn.transaction():
-                row = await self.conn.fetchrow(_REQUEUE, job_id)
+                row = await self.conn.fetchrow(self.REQUEUE, job_id)
                 if row is not None:
                     await self.conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
         except asyncpg.UniqueViolationError:
             return None
         return None if row is None else Transition.from_row("requeue", row)
+
+    async def dead_letters(
+        self, exclude: Collection[uuid.UUID], older_than: float
+    ) -> list[asyncpg.Record]:
+        """Up to 50 dead jobs (job_id, updated_at), newest first, dead for ``older_than`` s."""
+        return list(await self.conn.fetch(self.DEAD_LETTERS, list(exclude), older_than))
 
 
 def split_sql(text: str) -> list[str]:

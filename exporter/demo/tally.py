@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.demo.queue import DEAD, DEADLINE_ERROR, Transition
+from exporter.model import JobType
 
 _COST_FIELDS = {"ai": "ai_usd", "proxy": "proxy_usd", "total": "total_usd"}
 
@@ -81,20 +82,24 @@ class Tally:
 
     detailed: bool = True
     transitions: list[Transition] = field(default_factory=list)
-    enqueued: Counter[int] = field(default_factory=Counter)
-    duplicates: Counter[int] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
-    claimed: Counter[int] = field(default_factory=Counter)
-    completed: Counter[int] = field(default_factory=Counter)
-    failures: Counter[tuple[int, str]] = field(default_factory=Counter)
-    dead: Counter[tuple[int, str]] = field(default_factory=Counter)
-    requeued: Counter[int] = field(default_factory=Counter)
-    cost: defaultdict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
+    enqueued: Counter[JobType] = field(default_factory=Counter)
+    duplicates: Counter[JobType] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
+    claimed: Counter[JobType] = field(default_factory=Counter)
+    completed: Counter[JobType] = field(default_factory=Counter)
+    failures: Counter[tuple[JobType, str]] = field(default_factory=Counter)
+    dead: Counter[tuple[JobType, str]] = field(default_factory=Counter)
+    requeued: Counter[JobType] = field(default_factory=Counter)
+    cost: defaultdict[tuple[JobType, str], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
     malformed: Counter[str] = field(default_factory=Counter)
-    duration_seconds: defaultdict[int, list[float]] = field(
+    duration_seconds: defaultdict[JobType, list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    wait_seconds: defaultdict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
-    latency_seconds: defaultdict[int, list[float]] = field(
+    wait_seconds: defaultdict[JobType, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    latency_seconds: defaultdict[JobType, list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
 
