@@ -46,9 +46,14 @@ COST_COMPONENTS = ("ai", "proxy", "other")
 MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
 
 # Why a collection failed (jobqueue_exporter_collection_errors_total).
-COLLECTION_ERROR_REASONS = (
-    "timeout", "lock", "connection", "query", "schema", "permission", "internal",
-)  # fmt: skip
+TIMEOUT = "timeout"
+LOCK = "lock"
+CONNECTION = "connection"
+QUERY = "query"
+SCHEMA = "schema"
+PERMISSION = "permission"
+INTERNAL = "internal"
+COLLECTION_ERROR_REASONS = (TIMEOUT, LOCK, CONNECTION, QUERY, SCHEMA, PERMISSION, INTERNAL)
 
 # The indexes the default profile's per-cycle queries need (exporter/sql/indexes.sql).
 ACTIVE_INDEX = "job_exporter_active_idx"

@@ -22,6 +22,10 @@ class ResultPaths:
     proxy_usd: tuple[str, ...] = ("metrics", "cost", "proxy_usd")
     total_usd: tuple[str, ...] = ("metrics", "cost", "total_usd")
 
+    def as_tuple(self) -> tuple[tuple[str, ...], ...]:
+        """The four paths in the order the change query takes them."""
+        return (self.duration_ms, self.ai_usd, self.proxy_usd, self.total_usd)
+
 
 @dataclass(frozen=True)
 class Outcome:
