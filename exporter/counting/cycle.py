@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from exporter.model import Snapshot
+from exporter.vocabulary import SCHEMA
 
 Row = Mapping[str, Any]
 Results = Mapping[str, Sequence[Row]]
@@ -22,7 +23,7 @@ class CountingError(Exception):
     ``reason`` is the collection-error reason the exporter reports it under.
     """
 
-    def __init__(self, message: str, reason: str = "schema") -> None:
+    def __init__(self, message: str, reason: str = SCHEMA) -> None:
         super().__init__(message)
         self.reason = reason
 

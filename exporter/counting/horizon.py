@@ -29,6 +29,7 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from exporter.counting.cycle import PresetError, Row
+from exporter.vocabulary import PERMISSION
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes
 # its start timestamp; a bound used against now()-stamped columns keeps this much slack.
@@ -68,7 +69,7 @@ class Horizon(Generic[T]):
             raise PresetError(
                 f"{row['hidden']} sessions of this database are hidden in pg_stat_activity: "
                 "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role",
-                reason="permission",
+                reason=PERMISSION,
             )
         cache = row.get("id_cache")
         if cache is not None and int(cache) > 1:

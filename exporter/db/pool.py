@@ -17,6 +17,8 @@ from typing import Any
 
 import asyncpg
 
+from exporter.vocabulary import SCHEMA
+
 APPLICATION_NAME = "jobqueue-exporter"
 
 
@@ -119,7 +121,7 @@ class Database:
         except Exception as exc:
             raise translate(exc) from None
         if not row["table_exists"]:
-            raise DatabaseError("schema", f"table {table} does not exist")
+            raise DatabaseError(SCHEMA, f"table {table} does not exist")
         names = set(row["names"])
         return [name for name in required if name not in names]
 

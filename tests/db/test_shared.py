@@ -5,6 +5,7 @@ advisory lock is really held."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 
 import pytest
@@ -53,7 +54,10 @@ async def test_twenty_queues_in_one_database_hold_at_most_three_connections(db_d
     assert int(await fetchval(db_dsn, OURS)) == 0  # every session closed at stop
 
 
-async def test_leader_is_0_until_the_advisory_lock_is_really_held(db_dsn: str) -> None:
+async def test_leader_is_0_until_the_advisory_lock_is_really_held(
+    db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="exporter")
     unreachable = fast_queue(f"postgresql://nobody@127.0.0.1:{free_port()}/none", name="gone")
     reachable = fast_queue(db_dsn, name="here")
     service = Service(
@@ -76,3 +80,17 @@ async def test_leader_is_0_until_the_advisory_lock_is_really_held(db_dsn: str) -
         assert leader("here") == 1
     finally:
         await service.stop()
+    records = [(r.getMessage(), getattr(r, "fields", {})) for r in caplog.records]
+    # The failure's text under err, as Go's slog-based exporters key it.
+    failed = [fields for message, fields in records if message == "collection failed"]
+    assert failed
+    assert "err" in failed[0]
+    assert "error" not in failed[0]
+    assert failed[0]["reason"] == "connection"
+    # DEBUG: each collection's cost, and the lock taken.
+    collected = [fields for message, fields in records if message == "collected"]
+    assert collected
+    assert {"duration_seconds", "rows_read", "lag_seconds", "tracked_jobs"} <= collected[-1].keys()
+    assert collected[-1]["duration_seconds"] > 0
+    taken = [fields for message, fields in records if message == "advisory lock taken"]
+    assert [fields["queue"] for fields in taken] == ["here"]
