@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, translate
 from exporter.db.sqltext import TableShape
 from exporter.settings import ConfigError, QueueSettings, Settings
 from exporter.settings.table import (
@@ -33,8 +34,6 @@ from exporter.settings.yamlfile import suggest
 from exporter.vocabulary import DEFAULT_PROFILE, Status
 
 log = logging.getLogger(__name__)
-# How the exporter's sessions name themselves in pg_stat_activity.
-APPLICATION_NAME = "jobqueue-exporter"
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
@@ -71,6 +70,20 @@ async def read_columns(conn: Any, mapping: TableMapping) -> list[Column] | None:
     if not rows:
         return None
     return [Column(r["name"], r["declared"], r["base"], tuple(r["labels"] or ())) for r in rows]
+
+
+async def inspect_table(database: Database, mapping: TableMapping) -> TableShape:
+    """The mapped table's shape from the catalog, on one of the pool's sessions;
+    DatabaseError("schema") naming every mistake when the catalog proves the mapping wrong."""
+    try:
+        async with database.session() as conn:
+            columns = await read_columns(conn, mapping)
+    except Exception as exc:
+        raise translate(exc) from None
+    try:
+        return check_mapping(mapping, columns)
+    except MappingError as exc:
+        raise DatabaseError("schema", f"the table mapping does not fit the table:\n{exc}") from None
 
 
 def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableShape:

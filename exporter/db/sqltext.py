@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
+from exporter.counting.changefeed import NIL
 from exporter.settings import QueueSettings
 from exporter.settings.table import (
     ROLES,
@@ -28,7 +29,7 @@ JOB_TYPE_SQL_CHARS = 129
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 # The smallest key of each job_id type: the keyset cursor's start (every row sorts after it).
 _SENTINELS = {
-    "uuid": "00000000-0000-0000-0000-000000000000",
+    "uuid": NIL,
     "int2": str(-(2**15)),
     "int4": str(-(2**31)),
     "int8": str(-(2**63)),
@@ -74,6 +75,8 @@ def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
     else:
         values["job_type_out"] = job_type
     values["job_id_type"] = shape.job_id_type
+    values["cursor_start"] = sql_literal(shape.cursor_start)
+    values["cursor_nil"] = sql_literal(NIL)
     return values
 
 

@@ -109,7 +109,8 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- columns: epoch floats and job_id as text would sort differently); the outer one computes
 -- the output for those rows only, not for every row the sort looked at.
 -- $1, $2: the cursor (updated_at, job_id as text, cast to the column's type: the keyset order
--- is the column's own, uuid, integer or text); $3: upper bound (exclusive); $4: chunk size;
+-- is the column's own, uuid, integer or text; the nil uuid, the cursor's start, stands for the
+-- type's smallest value); $3: upper bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
 -- the whole document (as JSON number text, NULL when missing or not a number). date_part()
 -- gives float8 directly; extract() computes in numeric, several times slower per row.
@@ -132,7 +133,9 @@ FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} A
              t.{run_after} AS run_after, t.{run_started_at} AS run_started_at,
              t.{created_at} AS created_at, t.{updated_at} AS updated_at
       FROM {table} AS t
-      WHERE t.{updated_at} >= $1 AND (t.{updated_at}, t.{job_id}) > ($1, $2::text::{job_id_type})
+      WHERE t.{updated_at} >= $1
+        AND (t.{updated_at}, t.{job_id})
+            > ($1, coalesce(nullif($2::text, {cursor_nil})::{job_id_type}, {cursor_start}::{job_id_type}))
         AND t.{updated_at} < $3
       -- Qualified: an output column of the same name would otherwise be sorted on.
       ORDER BY t.{updated_at}, t.{job_id}

@@ -21,7 +21,14 @@ import pytest
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
 from exporter.settings import Settings
-from tests.helpers import fast_settings, make_poller, poller_running, settle, wait_for_completions
+from tests.helpers import (
+    cursor,
+    fast_settings,
+    make_poller,
+    poller_running,
+    settle,
+    wait_for_completions,
+)
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
@@ -146,6 +153,6 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
         assert sum(truth.completed.values()) > 20
         assert_exact(second, truth)
         # Bounded memory: only jobs that can still change, plus the tolerance window.
-        assert second.tracker.tracked < 2000
+        assert cursor(second).tracker.tracked < 2000
     finally:
         await second.database.close()

@@ -15,9 +15,9 @@ import pytest
 from exporter.cli import main
 from exporter.db.catalog import check_tables
 from exporter.demo.queue import split_sql
-from exporter.model import CUT_MARK, MAX_JOB_TYPE_LABEL
 from exporter.service import Service
 from exporter.settings import QueueSettings, Settings, WebSettings
+from exporter.vocabulary import CUT_MARK, MAX_JOB_TYPE_LABEL
 from tests.conftest import execute
 from tests.db.test_exposition import promtool_check_metrics
 from tests.helpers import QUEUE, fast_queue, get, make_poller, parse

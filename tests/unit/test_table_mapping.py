@@ -18,11 +18,11 @@ from exporter.db.sqltext import (
     index_statements,
     render_queries,
 )
-from exporter.model import CUT_MARK, MAX_JOB_TYPE_LABEL, JobTypeLabels, job_type_label
+from exporter.model import JobTypeLabels, job_type_label
 from exporter.settings import Change, ConfigError, Settings, load_settings
 from exporter.settings.changes import queue_change
 from exporter.settings.table import ROLES, TableMapping
-from exporter.vocabulary import OTHER, REQUIRED_INDEXES
+from exporter.vocabulary import CUT_MARK, MAX_JOB_TYPE_LABEL, OTHER, REQUIRED_INDEXES
 from tests.mapped_queue import MAPPING_YAML
 
 
@@ -148,7 +148,8 @@ def test_the_reference_renders_every_block_with_no_placeholder_left() -> None:
     assert 'FROM "job"' in queries["snapshot"]
     assert '"status" IN (1, 2)' in queries["snapshot"]
     assert '"status" AS status' in queries["changes_after"]  # the reference's numbers as they are
-    assert "$2::text::uuid" in queries["changes_after"]
+    nil = "'00000000-0000-0000-0000-000000000000'"
+    assert f"coalesce(nullif($2::text, {nil})::uuid, {nil}::uuid)" in queries["changes_after"]
 
 
 def test_a_mapping_renders_quoted_columns_status_literals_and_the_id_type() -> None:
@@ -163,7 +164,9 @@ def test_a_mapping_renders_quoted_columns_status_literals_and_the_id_type() -> N
     assert """"st""ate" IN ('it''s', 'b')""" in queries["snapshot"]
     assert """CASE "st""ate" WHEN 'it''s' THEN 1 WHEN 'b' THEN 2""" in queries["changes_after"]
     assert 'left("job_type"::text, 129) AS job_type' in queries["dead"]
-    assert "($1, $2::text::int8)" in queries["changes_after"]
+    # The cursor's start (the nil uuid) stands for the smallest bigint.
+    start = "'-9223372036854775808'::int8"
+    assert f"::int8, {start}))" in queries["changes_after"]
     assert 'ORDER BY t."updated_at", t."id"' in queries["changes_after"]
     assert '"id" = ANY($1::text[]::int8[])' in queries["existing"]
     assert TableShape("int8").cursor_start == str(-(2**63))
