@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import html
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,9 +15,10 @@ import pytest
 
 from exporter.cli import main
 from exporter.db.catalog import check_tables
+from exporter.db.sqltext import index_names, index_statements
 from exporter.demo.queue import split_sql
 from exporter.service import Service
-from exporter.settings import QueueSettings, Settings, WebSettings
+from exporter.settings import QueueSettings, Settings, WebSettings, load_settings
 from exporter.vocabulary import CUT_MARK, MAX_JOB_TYPE_LABEL
 from tests.conftest import execute
 from tests.db.test_exposition import promtool_check_metrics
@@ -226,5 +228,66 @@ async def test_the_indexes_command_prints_what_the_index_check_looks_for(
         poller.rebaseline()  # the index check runs again with the next collection
         assert await poller.collect_once()
         assert poller.health.missing_indexes == dict.fromkeys(names, 0)
+    finally:
+        await poller.database.close()
+
+
+async def test_text_ids_integer_statuses_and_enum_job_types_are_counted_in_keyset_order(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    # Three jobs changed by one statement share one updated_at: one row per chunk, the keyset
+    # cursor steps through them in the text id's own order, from the empty string on.
+    await execute(
+        db_dsn,
+        """CREATE SCHEMA q;
+        CREATE TYPE q.kind AS ENUM ('mail', 'report');
+        CREATE TABLE q.jobs (
+            id text PRIMARY KEY, job_type q.kind NOT NULL, status smallint NOT NULL DEFAULT 0,
+            attempts int NOT NULL DEFAULT 0, max_attempts int NOT NULL DEFAULT 3,
+            lease_until timestamptz, run_after timestamptz NOT NULL DEFAULT now(),
+            run_started_at timestamptz, result jsonb, last_error text,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now())""",
+    )
+    path = tmp_path / "q.yml"
+    path.write_text(
+        f"database: {{dsn: '{db_dsn}'}}\n"
+        "table:\n  name: q.jobs\n  columns: {job_id: id}\n"
+        "  status_values: {pending: 0, running: 1, done: 2, dead: 3}\n"
+    )
+    (loaded,) = load_settings(str(path), {}, {}).queues
+    queue = replace(loaded, name=QUEUE, collect=fast_queue(db_dsn, max_rows_per_query=1).collect)
+    await check_tables(served(queue))  # the catalog agrees
+    for statement in index_statements(queue.mapping):
+        await execute(db_dsn, statement.sql)
+    await execute(db_dsn, "INSERT INTO q.jobs (id, job_type) VALUES ('b', 'mail'), "
+                  "('', 'report'), ('a b', 'mail'), ('-1', 'report')")  # fmt: skip
+    poller = make_poller(queue)
+    try:
+        assert await poller.collect_once()  # the baseline
+        await execute(
+            db_dsn,
+            "UPDATE q.jobs SET status = 1, attempts = 1, run_started_at = now(), "
+            "lease_until = now() + interval '1 minute', updated_at = now()",
+        )
+        await execute(
+            db_dsn,
+            """UPDATE q.jobs SET status = CASE WHEN id = 'b' THEN 3 ELSE 2 END,
+                   attempts = CASE WHEN id = 'b' THEN 3 ELSE attempts END,
+                   last_error = CASE WHEN id = 'b' THEN 'JobDeadlineExceeded: 300s' END,
+                   result = '{"metrics": {"duration_ms": 2000}}', updated_at = now()""",
+        )
+        # One row per chunk, and the cursor passes rows only once the horizon has moved
+        # past them: cycles go on until the four jobs have ended.
+        deadline = time.monotonic() + 30.0
+        while sum(poller.tallies.completed.values()) + poller.tallies.dead.total() < 4:
+            assert time.monotonic() < deadline, "the changes were never all read"
+            assert await poller.collect_once()
+        assert poller.health.missing_indexes == dict.fromkeys(index_names(queue.mapping), 0)
+        tallies = poller.tallies
+        assert +tallies.completed == {"mail": 1, "report": 2}
+        assert +tallies.dead == {("mail", "deadline"): 1}
+        assert tallies.failures[("mail", "deadline")] == 3  # attempts 1 -> 3, all ended
+        assert tallies.duration["report"].count == 2
     finally:
         await poller.database.close()
