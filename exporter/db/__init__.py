@@ -14,6 +14,7 @@ from exporter.db.pool import (
     Database,
     DatabaseError,
     load_queries,
+    quote_table,
     translate,
 )
 from exporter.db.shared import Connections
