@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
-from exporter.profiles import pgboss, pgqueuer, procrastinate
+from exporter.profiles import django_tasks, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Exactness, Query, Reading, Results, RetentionHint, Row, Tallies
 
 
@@ -61,6 +61,11 @@ def _pgboss(stuck_after: float | None) -> PresetReader:
     return pgboss.PgbossReader()
 
 
+def _django_tasks(stuck_after: float | None) -> PresetReader:
+    # django-tasks-db has no heartbeat or lease, so there is no stuck test to configure.
+    return django_tasks.DjangoTasksReader()
+
+
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
@@ -71,5 +76,9 @@ PRESETS: dict[str, Preset] = {
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
+        Preset("django-tasks", "django-tasks-db", ">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
+               _django_tasks, django_tasks.CAPABILITIES, django_tasks.RETENTION,
+               "django_tasks_indexes.sql", django_tasks.TABLE,
+               ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
     )
 }  # fmt: skip

