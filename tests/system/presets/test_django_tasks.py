@@ -1,14 +1,27 @@
-"""django-tasks 0.12 + django-tasks-db 0.13 on Django 5.2: the counters equal the result table."""
+"""django-tasks 0.12 + django-tasks-db 0.13 on Django 5.2: the counters equal the result table.
+
+The real project, `migrate`, the real `db_worker`; the reader polls on its own (every figure it
+keeps, exception classes included) while the exporter service collects the same database and
+serves /metrics (the figures as exported: task paths as job_type, reasons folded).
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from exporter.preset_poller import PresetPoller
 from exporter.profiles.django_tasks import DjangoTasksReader
+from exporter.service import Service
+from exporter.settings import Settings, WebSettings
+from tests.helpers import fast_queue, get, parse, wait_until
 from tests.system.presets.collect import Poller
 from tests.system.presets.processes import require
+from tests.system.presets.test_exporter import counters_of, counters_wanted, expected
 
 pytestmark = pytest.mark.slow
+QUEUE = "django"
 
 
 @pytest.fixture
@@ -28,9 +41,22 @@ async def test_counters_and_gauges_equal_django_tasks_ground_truth(django_dsn: s
     before = await history(django_dsn)  # finished and waiting tasks the exporter never saw
     reader = DjangoTasksReader()
     poller = Poller(django_dsn, reader, interval=0.5)
-    async with poller.running():
-        await run_workload(django_dsn)
-        await poller.cycles(3)
+    queue = replace(fast_queue(django_dsn, name=QUEUE, interval=0.3), profile="django-tasks")
+    service = Service(Settings(queues=(queue,), web=WebSettings(listen_address=("127.0.0.1:0",))))
+    await service.start()
+    try:
+        exporter = service.queue(QUEUE).poller
+        assert isinstance(exporter, PresetPoller)
+        await wait_until(lambda: exporter.reader.counting, within=60, what="the exporter counting")
+        async with poller.running():
+            await run_workload(django_dsn)
+            await poller.cycles(3)
+        await exporter.wait_for_collections(exporter.generation + 2, limit=30)
+        status, body, _ = await get(service.port, "/metrics")
+        assert status == 200
+        samples = parse(body)
+    finally:
+        await service.stop()
     truth = await ground_truth(django_dsn, before)
 
     counting = [r for r in poller.readings if r.counting]
@@ -67,6 +93,24 @@ async def test_counters_and_gauges_equal_django_tasks_ground_truth(django_dsn: s
     assert last.gauges[path("slow")].running_oldest > 0
     assert last.gauges[path("parked")].oldest_pending_age > 0
     assert last.gauges[path("parked")].oldest_ready_wait == 0  # not ready before its time
+
+    # The same, as the exporter serves it: every counter on /metrics equals the table's.
+    got = {k: v for k, v in counters_of(samples, QUEUE).items() if v}
+    assert got == counters_wanted(expected(truth.counters))
+    assert {reason for _, reason in got["failures"]} == {"error"}  # exception classes fold
+    # Every gauge series, the zero-filled ones of the drained task paths included.
+    shown = {(name, dict(labels)["job_type"], dict(labels).get("status", "scheduled")): value
+             for (name, labels), value in samples.items()
+             if name in ("jobqueue_jobs", "jobqueue_jobs_scheduled")}  # fmt: skip
+    assert {key[1] for key in shown} == set(truth.counters["enqueued"])
+    for (_, task, status), value in shown.items():
+        assert value == truth.gauges.get(task, {}).get(status, 0), (task, status)
+    names = {name for name, labels in samples if ("queue", QUEUE) in labels}
+    assert "jobqueue_job_wait_seconds_count" in names
+    # What the library cannot tell has no series: no lease (stuck), no retry (requeued).
+    assert not names & {"jobqueue_stuck_jobs", "jobqueue_jobs_requeued_total"}
+    statuses = {dict(labels)["status"] for name, labels in samples if name == "jobqueue_jobs"}
+    assert statuses == {"pending", "running"}
 
 
 async def test_per_cycle_queries_use_indexes_on_a_million_results(empty_dsn: str) -> None:
