@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.horizon import ChangeFeed, Horizon
+from exporter.counting.changefeed import ChangeFeed, Horizon
 from exporter.model import ActiveStats, Figures, JobRow, Snapshot
 from exporter.vocabulary import REQUIRED_INDEXES
 
@@ -155,7 +155,7 @@ class Database:
                 baseline = since is None
                 if feed is not None:
                     baseline = not feed.started
-                    # Autocommit, before the snapshot: see exporter/horizon.py for why.
+                    # Autocommit, before the snapshot: see exporter/counting/changefeed.py for why.
                     started = time.perf_counter()
                     feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
                     durations["horizon"] = time.perf_counter() - started

@@ -13,19 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import __version__
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.settings import redact_dsn
 from exporter.vocabulary import DOCS_URL, PROJECT
-
-
-@dataclass(frozen=True)
-class QueueStatus:
-    """One queue as the status page shows it."""
-
-    view: QueueView
-    ready: str | None  # None when ready, else why not
-    last_error: str | None  # the last failure, kept after recovery (the view's clears)
-    last_error_at: float | None  # Unix time, exporter clock
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,11 @@ import re
 from dataclasses import replace
 
 from exporter import __version__
-from exporter.model import ConfigStatus, Health
+from exporter.model import ConfigStatus, Health, QueueStatus
 from exporter.profiles import PRESETS
 from exporter.profiles.mapping import coverage_of
 from exporter.vocabulary import DOCS_URL
-from exporter.web.status import QueueStatus, StatusPage, status_page
+from exporter.web.status import StatusPage, status_page
 from tests.pages import RenderedPage
 from tests.unit.factories import view
 
