@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from exporter.counting.horizon import Horizon
 from exporter.profiles.base import (
     EXACT_GAUGES,
     UNKNOWN_REASON,
@@ -29,7 +30,6 @@ from exporter.profiles.base import (
     gauges_from,
     load_queries,
 )
-from exporter.profiles.horizon import Horizon
 
 PRESET = "django_tasks"  # the SQL file's name; the profile is spelled "django-tasks"
 TABLE = "django_tasks_database_dbtaskresult"
