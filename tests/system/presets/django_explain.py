@@ -4,15 +4,12 @@ The table is the one `migrate` creates; the history is generated into it, the pr
 indexes are built, and a few hundred tasks land between cycles: some finish before the next
 cycle (the enqueued_at window finds them), some wait (the active set), some of the waiting
 ones finish (the primary-key lookups). Run the figures docs/presets.md quotes with:
-    .venv/bin/python -m tests.system.presets.django_explain
+    .venv/bin/python -m tests.system.presets.explain django-tasks
 """
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-
-from tests.system.presets.explain import Measurement, measure, rows_read
+from tests.system.presets.explain import Measurement, measure
 
 TABLE = "django_tasks_database_dbtaskresult"
 _COLUMNS = (
@@ -77,26 +74,3 @@ async def measure_django_tasks(dsn: str) -> Measurement:
     history = [*HISTORY, *index_statements()]
     # "django-tasks" is the profile the exporter's own collections are configured with.
     return await measure(dsn, "django-tasks", DjangoTasksReader(), history, BATCH, (TABLE,))
-
-
-async def _main() -> None:
-    from exporter.demo.cluster import Cluster
-
-    cluster = Cluster()
-    cluster.start()
-    try:
-        dbname = f"explain_django_{uuid.uuid4().hex[:6]}"
-        cluster.create_database(dbname)
-        result = await measure_django_tasks(cluster.dsn(dbname))
-        print(result.summary())
-        for query, plan in result.plans.items():
-            root = plan[0]
-            print(f"  {query}: {root['Execution Time']:.2f} ms, "
-                  f"{rows_read(root['Plan'])} rows read")  # fmt: skip
-        print("  seq scans on big tables:", result.seq_scans() or "none")
-    finally:
-        cluster.destroy()
-
-
-if __name__ == "__main__":
-    asyncio.run(_main())

@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 
 from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import ROOT, Worker
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure
 
 SETTINGS = "tests.system.presets.django_project.settings"
 TASKS = "tests.system.presets.django_project.tasks"
@@ -130,57 +130,51 @@ async def history(dsn: str) -> dict[str, str]:
     return before
 
 
+async def _busy(conn: asyncpg.Connection, queue: str | None = None) -> int:
+    """Active tasks (on one queue, or on all), but the hanging and the parked ones."""
+    return int(
+        await conn.fetchval(
+            f"SELECT count(*) FROM {TABLE} WHERE status IN ('READY', 'RUNNING') "
+            "AND task_path <> ALL($1::text[]) AND queue_name = coalesce($2, queue_name)",
+            [path("slow"), path("parked")],
+            queue,
+        )
+    )
+
+
 async def run_workload(dsn: str) -> None:
     """Real workers through successes, failures, delayed tasks and a SIGKILL mid-task."""
     conn = await asyncpg.connect(dsn)
     workers: list[Worker] = []
     try:
-        enqueue(dsn, WORKLOAD)
-        workers += [start_worker(dsn, "w1"), start_worker(dsn, "w2")]
+        with shown_on_failure(workers):
+            enqueue(dsn, WORKLOAD)
+            workers += [start_worker(dsn, "w1"), start_worker(dsn, "w2")]
 
-        async def slow_owner() -> str | None:
-            ids = await conn.fetchval(
-                f"SELECT worker_ids FROM {TABLE} WHERE task_path = $1 AND status = 'RUNNING'",
-                path("slow"),
+            async def slow_owner() -> str | None:
+                ids = await conn.fetchval(
+                    f"SELECT worker_ids FROM {TABLE} WHERE task_path = $1 AND status = 'RUNNING'",
+                    path("slow"),
+                )
+                return json.loads(ids)[-1] if ids else None
+
+            owner = await wait_for(slow_owner, "the slow task to start")
+            await wait_for(
+                lambda: _quiet(conn, "default"), "the default queue to settle", within=90
             )
-            return json.loads(ids)[-1] if ids else None
-
-        owner = await wait_for(slow_owner, "the slow task to start")
-
-        async def settled() -> bool:
-            # Everything on the default queue is finished but the hanging and the parked tasks.
-            busy = await conn.fetchval(
-                f"SELECT count(*) FROM {TABLE} WHERE status IN ('READY', 'RUNNING') "
-                "AND queue_name = 'default' AND task_path <> ALL($1::text[])",
-                [path("slow"), path("parked")],
-            )
-            return busy == 0
-
-        await wait_for(settled, "the default queue to settle", within=90)
-        killed = next(w for w in workers if w.name == f"django-{owner}")
-        killed.kill()  # mid-task: the backend has no lease, so the task stays RUNNING
-        workers += [start_worker(dsn, "w3", queues="*")]
-        enqueue(dsn, WORKLOAD_AFTER_KILL)
-
-        async def drained() -> bool:
-            busy = await conn.fetchval(
-                f"SELECT count(*) FROM {TABLE} WHERE status IN ('READY', 'RUNNING') "
-                "AND task_path <> ALL($1::text[])",
-                [path("slow"), path("parked")],
-            )
-            return busy == 0
-
-        await wait_for(drained, "every queue to drain", within=90)
-        for worker in workers:
-            worker.stop()
-    except BaseException:
-        for worker in workers:
-            print(f"--- {worker.name}\n{worker.output()}")
-        raise
+            killed = next(w for w in workers if w.name == f"django-{owner}")
+            killed.kill()  # mid-task: the backend has no lease, so the task stays RUNNING
+            workers.append(start_worker(dsn, "w3", queues="*"))
+            enqueue(dsn, WORKLOAD_AFTER_KILL)
+            await wait_for(lambda: _quiet(conn), "every queue to drain", within=90)
+            for worker in workers:
+                worker.stop()
     finally:
-        for worker in workers:
-            worker.close()
         await conn.close()
+
+
+async def _quiet(conn: asyncpg.Connection, queue: str | None = None) -> bool:
+    return await _busy(conn, queue) == 0
 
 
 async def ground_truth(dsn: str, before: dict[str, str]) -> GroundTruth:
