@@ -6,9 +6,11 @@ from typing import Any
 
 import pytest
 
+from exporter.counting.cycle import PresetError
+from exporter.counting.gauges import Reading
+from exporter.counting.window import EnqueueWindow
 from exporter.profiles import PRESETS
-from exporter.profiles.base import PresetError, Reading
-from exporter.profiles.django_tasks import CLOCK_MARGIN, ActiveSetDiff, DjangoTasksReader
+from exporter.profiles.django_tasks import ACTIVE, CLOCK_MARGIN, DjangoTasksReader
 from exporter.profiles.mapping import NEVER_FILLED, coverage_of
 from exporter.vocabulary import ERROR, Status
 
@@ -77,8 +79,9 @@ def test_a_task_enqueued_and_finished_between_cycles_counts_once_in_every_window
     counters = cycles.reader.tallies.counters()
     assert counters["enqueued"] == {"app.send": 1, "app.bill": 1}
     assert counters["completed"] == {"app.send": 1}
-    # One failed attempt that is also the task's death: the backend does not retry.
-    assert counters["failures"] == {("app.bill", "builtins.ValueError"): 1}
+    # One failed attempt that is also the task's death: the backend does not retry. The
+    # exception's class path is an unbounded label value: it counts as an error.
+    assert counters["failures"] == {("app.bill", ERROR): 1}
     assert counters["dead"] == counters["failures"]
     assert counters["requeued"] == {}
     assert counters["cancelled"] == {}
@@ -125,7 +128,7 @@ def test_an_active_task_deleted_before_its_end_is_read_is_not_counted_and_warned
 
 
 def test_finished_ids_are_forgotten_once_no_window_can_return_them() -> None:
-    diff = ActiveSetDiff()
+    diff = EnqueueWindow(ACTIVE)
     diff.absorb([row("a", "SUCCESSFUL", 10.0), row("b", "FAILED", 20.0)], set())
     diff.forget(15.0)
     assert set(diff.finished) == {"b"}

@@ -70,7 +70,9 @@ def test_a_reason_other_than_the_last_error_is_named() -> None:
 
 def test_a_standby_says_so() -> None:
     status = healthy()
-    standby = QueueStatus(view(leader=False, snapshot=None, tallies=None), None, None, None)
+    standby = QueueStatus(
+        view(leader=False, collector=False, snapshot=None, tallies=None), None, None, None
+    )
     assert RenderedPage(page(status, standby)).rows["orders"][2] == "standby"
 
 
