@@ -42,7 +42,9 @@ GROUP BY r.task_path;
 
 -- name: changes
 -- Rows enqueued since the window's lower bound (django_tasks_exporter_enqueued_idx), and the
--- tasks the previous cycle saw active that are finished now (primary key lookups).
+-- tasks the previous cycle saw active that are finished now. Those are found by an anti-join
+-- with the active set (the two partial indexes again, pages the gauges just read), so the
+-- primary key is probed only for the few that left it, not for the whole backlog.
 -- $1: lower bound of enqueued_at (Unix seconds); $2: ids active in the previous cycle.
 -- Differences are taken in SQL: they keep microsecond precision (epoch floats lose some).
 SELECT c.id::text AS id, c.task_path AS job_type, c.status, c.exception_class_path,
@@ -61,5 +63,13 @@ FROM (
     SELECT t.id, t.task_path, t.status, t.exception_class_path, t.enqueued_at, t.started_at,
            t.finished_at, t.run_after
     FROM django_tasks_database_dbtaskresult t
-    WHERE t.id = ANY($2::text[]::uuid[]) AND t.status IN ('SUCCESSFUL', 'FAILED')
+    WHERE t.status IN ('SUCCESSFUL', 'FAILED') AND t.id = ANY(ARRAY(
+        SELECT p.id FROM unnest($2::text[]::uuid[]) AS p(id)
+        WHERE NOT EXISTS (
+            SELECT FROM (SELECT a.id FROM django_tasks_database_dbtaskresult a
+                         WHERE a.status = 'READY'
+                         UNION ALL
+                         SELECT a.id FROM django_tasks_database_dbtaskresult a
+                         WHERE a.status = 'RUNNING') a
+            WHERE a.id = p.id)))
 ) c;
