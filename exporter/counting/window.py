@@ -73,4 +73,6 @@ class EnqueueWindow:
 
     def forget(self, bound: float) -> None:
         """Drop the terminal ids that no window from ``bound`` on can return."""
-        self.finished = {i: key for i, key in self.finished.items() if key >= bound}
+        # A second of slack: the window compares timestamps in SQL, this compares floats, and
+        # a row the window returns must never have been forgotten by a rounding difference.
+        self.finished = {i: key for i, key in self.finished.items() if key >= bound - 1.0}
