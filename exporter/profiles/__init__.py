@@ -23,7 +23,7 @@ def _pgboss(stuck_after: float | None, ledger: Ledger | None = None) -> PresetRe
     return pgboss.PgbossReader(ledger)
 
 
-def _django_tasks(stuck_after: float | None, ledger: Ledger) -> PresetReader:
+def _django_tasks(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
     # django-tasks-db has no heartbeat or lease, so there is no stuck test to configure.
     return django_tasks.DjangoTasksReader(ledger)
 
