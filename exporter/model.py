@@ -201,6 +201,7 @@ class Tallies:
     duration: dict[str, Histogram] = field(default_factory=dict)
     wait: dict[str, Histogram] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
+    cancelled: Counter[str] = field(default_factory=Counter)  # presets only: no cancel here
 
     def copy(self) -> Tallies:
         """An independent copy (the HTTP side renders from copies, never from live state)."""
@@ -218,6 +219,7 @@ class Tallies:
             {k: replace(v, counts=list(v.counts)) for k, v in self.duration.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
+            Counter(self.cancelled),
         )
 
     def relabel(self, moved: dict[str, str]) -> None:
@@ -234,6 +236,7 @@ class Tallies:
         self.enqueued = _moved(self.enqueued, one)
         self.completed = _moved(self.completed, one)
         self.requeued = _moved(self.requeued, one)
+        self.cancelled = _moved(self.cancelled, one)
         self.failures = _moved(self.failures, pair)
         self.dead = _moved(self.dead, pair)
         cost: dict[tuple[str, str], float] = {}
@@ -298,7 +301,9 @@ class Coverage:
     statuses: tuple[Status, ...] = (PENDING, RUNNING, DEAD)
     stuck_reasons: tuple[str, ...] = STUCK_REASONS
     failure_reasons: tuple[str, ...] = FAILURE_REASONS
-    withheld: frozenset[str] = frozenset()
+    # The default schema has no cancel: its cancellations series would be a zero that means
+    # nothing, so only the presets whose library cancels export it.
+    withheld: frozenset[str] = frozenset({"cancelled"})
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,20 @@ class PresetPoller(Poller):
                 }
             },
         )
+        retention = self.preset.retention.seconds
+        if retention is not None and 2 * settings.collect.interval > retention:
+            # Rows pruned between two cycles are never read: their counts are lost for good.
+            log.warning(
+                "the library's default retention is shorter than two collection intervals",
+                extra={
+                    "fields": {
+                        "profile": self.preset.name,
+                        "retention_seconds": retention,
+                        "interval_seconds": settings.collect.interval,
+                        "note": self.preset.retention.warning,
+                    }
+                },
+            )
 
     def _new_reader(self) -> PresetReader:
         collect = self.settings.collect

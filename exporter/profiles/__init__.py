@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Protocol
 
-from exporter.profiles import pgboss, pgqueuer, procrastinate
+from exporter.profiles import oban, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Exactness, Query, Reading, Results, RetentionHint, Row, Tallies
 
 
@@ -71,5 +71,8 @@ PRESETS: dict[str, Preset] = {
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
+        Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,
+               oban.CAPABILITIES, oban.RETENTION, "oban_indexes.sql", "oban_jobs",
+               ("oban_jobs_completed_at_index",)),
     )
 }  # fmt: skip

@@ -142,6 +142,9 @@ class RetentionHint:
     rows_deleted_on_success: bool
     history_kept: str
     warning: str
+    # The library's default retention of finished rows, when short enough to matter: the
+    # exporter warns at start-up when its interval is above half of it.
+    seconds: float | None = None
 
 
 def _blocks(file: str) -> dict[str, str]:

@@ -18,7 +18,7 @@ from exporter.model import ActiveStats, Coverage, Histogram, JobTypeLabels, Snap
 from exporter.model import Tallies as ModelTallies
 from exporter.profiles.base import Exactness, Reading, Tallies
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
-from exporter.vocabulary import ERROR, LEASE_EXPIRED, Status
+from exporter.vocabulary import DEADLINE, ERROR, LEASE_EXPIRED, Status
 
 # Capability -> the model figure (ActiveStats or Tallies field) it fills.
 _FIGURES = {
@@ -31,6 +31,7 @@ _FIGURES = {
     "failures": "failures",
     "dead": "dead",
     "requeued": "requeued",
+    "cancelled": "cancelled",
     "wait": "wait",
     "duration": "duration",
     "latency": "latency",
@@ -54,8 +55,11 @@ def coverage_of(capabilities: Mapping[str, Exactness]) -> Coverage:
     reasons: tuple[str, ...] = ()
     if _told(capabilities, "failures") or _told(capabilities, "dead"):
         # Without a stored reason every failure is "error"; with one, a lost worker (pgqueuer's
-        # heartbeat re-pick) is told apart. No preset can tell a deadline kill.
+        # heartbeat re-pick, Oban's Lifeline rescue) is told apart, and Oban's own timeout
+        # error is a deadline kill.
         reasons = (LEASE_EXPIRED, ERROR) if _told(capabilities, "failure_reason") else (ERROR,)
+        if _told(capabilities, "failure_deadline"):
+            reasons = (DEADLINE, *reasons)
     withheld = {figure for name, figure in _FIGURES.items() if not _told(capabilities, name)}
     return Coverage(
         statuses=statuses,
@@ -67,8 +71,11 @@ def coverage_of(capabilities: Mapping[str, Exactness]) -> Coverage:
 
 def failure_reason(reason: str) -> str:
     """A preset's failure reason (an exception type, a library word) as a bounded reason."""
-    # Exception type names are unbounded label values: they all fold into "error".
-    return LEASE_EXPIRED if reason == HEARTBEAT_REASON else ERROR
+    # Exception type names are unbounded label values: they all fold into "error". A reader
+    # that already speaks the bounded words (Oban's) keeps them.
+    if reason in (HEARTBEAT_REASON, LEASE_EXPIRED):
+        return LEASE_EXPIRED
+    return DEADLINE if reason == DEADLINE else ERROR
 
 
 class PresetJobTypes(JobTypeLabels):
@@ -152,6 +159,7 @@ def carry(target: ModelTallies, carried: Carried, now: Tallies, labels: PresetJo
     for name, new, old in (
         ("enqueued", now.enqueued, before.enqueued),
         ("completed", now.completed, before.completed),
+        ("cancelled", now.cancelled, before.cancelled),
     ):
         table: Counter[str] = getattr(target, name)
         for job_type, n in new.items():

@@ -1,0 +1,92 @@
+"""Oban (Python 0.7's schema and SQL): the preset's counters equal the library's own record,
+and a cycle stays on the indexes at 1,000,000 rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.profiles.oban import ObanReader
+from tests.system.presets.collect import Poller
+from tests.system.presets.oban_client import ObanClient, require_oban
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def oban_dsn(empty_dsn: str) -> str:
+    """A database with Oban's schema, made by the library's own install.sql."""
+    require_oban()
+    async with ObanClient(empty_dsn) as oban:
+        await oban.install()
+    return empty_dsn
+
+
+async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
+    from tests.system.presets import oban_harness as h
+
+    async with ObanClient(oban_dsn) as oban:
+        ids = await h.history(oban)
+        start = await h.snapshot_rows(oban_dsn)
+        reader = ObanReader(rescue_after=h.RESCUE_AFTER)
+        poller = Poller(oban_dsn, reader, interval=0.5)
+        stuck_seen: list[int] = []
+
+        async def while_stuck(n: int) -> None:
+            await poller.until(lambda: _stuck(poller, h.W + "Fragile") == n, within=20)
+            stuck_seen.append(_stuck(poller, h.W + "Fragile"))
+
+        async def until_forgotten(job_id: int) -> None:
+            await poller.until(lambda: job_id not in reader.known, within=20)
+
+        async with poller.running():
+            by_hand = await h.run_workload(oban_dsn, oban, ids, while_stuck, until_forgotten)
+            await poller.cycles(3)
+    truth = h.truth(start, await h.snapshot_rows(oban_dsn), by_hand)
+
+    assert len([r for r in poller.readings if r.counting]) >= 6, "too few cycles to prove much"
+    # The table records what the workload did (so the truth is not vacuous) ...
+    ok, flaky, bad, fragile = (h.W + name for name in ("Ok", "Flaky", "Bad", "Fragile"))
+    assert truth.counters["enqueued"][ok] == 8
+    # Three live; from the history, the one waiting for its retry and the one retried by hand.
+    assert truth.counters["completed"][flaky] == 5
+    assert truth.counters["failures"][(flaky, "error")] == 6
+    assert truth.counters["failures"][(h.W + "Slow", "deadline")] == 1
+    assert truth.counters["dead"] == {(bad, "error"): 2, (h.W + "Slow", "deadline"): 1,
+                                      (fragile, "lease_expired"): 1}  # fmt: skip
+    assert truth.counters["failures"][(fragile, "lease_expired")] == 2
+    assert truth.counters["cancelled"] == {h.W + "Canceller": 1, h.W + "Held": 1}
+    assert truth.counters["requeued"][flaky] == 6 + 1  # automatic retries + the retry by hand
+    # ... and the reader, polling all along, agrees with it exactly.
+    assert reader.tallies.counters() == truth.counters
+    for worker, (n, duration, wait, latency) in truth.histograms.items():
+        for table, total in ((reader.tallies.duration, duration), (reader.tallies.wait, wait),
+                             (reader.tallies.latency, latency)):  # fmt: skip
+            assert table[worker].count == n, worker
+            assert table[worker].total == pytest.approx(total, abs=1e-6), worker
+    assert set(reader.tallies.duration) == set(truth.histograms)
+    assert reader.tallies.latency[h.W + "Later"].total >= 2.0  # it waited for its time
+    assert stuck_seen == [2]
+    last = poller.readings[-1].gauges
+    got = {w: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
+           for w, g in last.items()}  # fmt: skip
+    assert got == truth.gauges
+    assert truth.gauges == {h.W + "Parked": {"pending": 2, "running": 0, "scheduled": 0},
+                            h.W + "Held": {"pending": 1, "running": 0, "scheduled": 1}}  # fmt: skip
+    assert last[h.W + "Parked"].oldest_ready_wait > 0
+    assert last[h.W + "Held"].oldest_ready_wait == 0  # not due for an hour
+    assert all(g.stuck == 0 and g.running_oldest == 0 for g in last.values())
+
+
+def _stuck(poller: Poller, worker: str) -> int:
+    gauges = poller.readings[-1].gauges.get(worker)
+    return gauges.stuck if gauges is not None else 0
+
+
+async def test_per_cycle_queries_use_indexes_on_a_million_rows(oban_dsn: str) -> None:
+    from tests.system.presets.oban_explain import measure_oban
+
+    result = await measure_oban(oban_dsn)
+    assert result.plans, "no plan was captured"
+    assert result.seq_scans() == [], result.summary()
+    assert max(result.rows_read) < 1_000_000 // 50, result.summary()
+    print(result.summary())
