@@ -10,6 +10,7 @@ from exporter.profiles.base import load_queries
 METRICS = {
     "pending", "running", "scheduled", "oldest_pending_age", "oldest_ready_wait",
     "running_oldest", "stuck", "held", "enqueued", "completed", "failures", "failure_reason",
+    "failure_deadline",
     "dead", "requeued", "cancelled", "wait", "duration", "latency",
 }  # fmt: skip
 
