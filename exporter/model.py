@@ -135,6 +135,36 @@ class JobTypeLabels:
         return moved
 
 
+class PresetJobTypes(JobTypeLabels):
+    """Job types a library names by string (task, entrypoint, queue), under the label cap.
+
+    Each name gets a number on first sight, so the snapshot and the view stay keyed as for the
+    default schema; its label is the name itself, or "other" beyond the cap.
+    """
+
+    def __init__(self, cap: int) -> None:
+        super().__init__({}, cap)
+        self.numbers: dict[str, int] = {}
+
+    def number(self, name: str) -> int:
+        """The number of a job type name, given on first sight (with its label)."""
+        found = self.numbers.get(name)
+        if found is None:
+            found = self.numbers[name] = len(self.numbers) + 1
+            self._names[found] = name
+            self.label(found)
+        return found
+
+    def label_of_name(self, name: str) -> str:
+        """The label of a job type name."""
+        return self.label(self.number(name))
+
+    def rename(self, names: dict[int, str], cap: int) -> dict[str, str]:
+        """Adopt a reloaded cap; collect.job_types names numbers, which a preset has none of."""
+        self._cap = cap
+        return {}
+
+
 @dataclass
 class Histogram:
     """Cumulative histogram of observations with fixed upper bounds (+Inf implied)."""
@@ -222,6 +252,13 @@ class Tallies:
             Counter(self.cancelled),
         )
 
+    def counters(self) -> dict[str, dict[object, int]]:
+        """Every counter as plain dicts without zeros, for comparisons and logs."""
+        return {
+            name: {key: value for key, value in getattr(self, name).items() if value}
+            for name in ("enqueued", "completed", "failures", "dead", "requeued", "cancelled")
+        }
+
     def relabel(self, moved: dict[str, str]) -> None:
         """Move every count from an old job_type label to its new one (summing where they meet)."""
         if not moved:
@@ -256,12 +293,17 @@ class Tallies:
         key = (label, component)
         self.cost[key] = self.cost.get(key, 0.0) + usd
 
-    def observe(self, label: str, duration: float | None, wait: float, latency: float) -> None:
-        """Record one completed job in the three histograms."""
-        if duration is not None:
-            self._histogram(self.duration, label, self.duration_bounds).observe(duration)
-        self._histogram(self.wait, label, self.wait_bounds).observe(wait)
-        self._histogram(self.latency, label, self.latency_bounds).observe(latency)
+    def observe(
+        self, label: str, duration: float | None, wait: float | None, latency: float | None
+    ) -> None:
+        """Record one completed job in the histograms whose figure is known."""
+        for table, bounds, value in (
+            (self.duration, self.duration_bounds, duration),
+            (self.wait, self.wait_bounds, wait),
+            (self.latency, self.latency_bounds, latency),
+        ):
+            if value is not None:
+                self._histogram(table, label, bounds).observe(value)
 
     @staticmethod
     def _histogram(table: dict[str, Histogram], label: str, bounds: tuple[float, ...]) -> Histogram:
@@ -311,7 +353,7 @@ class QueueView:
     """A consistent copy of one queue's part of /metrics, taken between two collections."""
 
     queue: str  # the queue label
-    leader: bool  # only the elected collector exports the queue's series
+    leader: bool  # jobqueue_exporter_leader: collecting, and holding the lock if elected
     snapshot: Snapshot | None  # None while stale or on a standby: queue gauges are withdrawn
     label_of: dict[int, str]
     labels: tuple[str, ...]
@@ -320,8 +362,22 @@ class QueueView:
     health: Health
     up: bool
     collection_timeout: float
-    tracked: int
+    tracked: int | None  # None: the profile keeps no set of tracked jobs
     coverage: Coverage = Coverage()
+    collector: bool = True  # False on a standby: it exports up and leader only
+    # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never
+    # fresh, or a view not published through the board.
+    fresh_until: float | None = None
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue as the status page shows it."""
+
+    view: QueueView
+    ready: str | None  # None when ready, else why not
+    last_error: str | None  # the last failure, kept after recovery (the view's clears)
+    last_error_at: float | None  # Unix time, exporter clock
 
 
 @dataclass(frozen=True)

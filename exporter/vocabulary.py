@@ -40,15 +40,26 @@ OVERRUN = "overrun"
 STUCK_REASONS = (LEASE_EXPIRED, OVERRUN)
 
 # Components of the cost counter; other = total - ai - proxy, so sum() is the total.
-COST_COMPONENTS = ("ai", "proxy", "other")
+COST_AI, COST_PROXY, COST_OTHER = "ai", "proxy", "other"
+COST_COMPONENTS = (COST_AI, COST_PROXY, COST_OTHER)
+
+# What the reference queue writes into last_error: the prefix of a job killed by its deadline,
+# and the marker the reaper appends once per lease-expired reclaim (the collect.* defaults).
+DEADLINE_PREFIX = "JobDeadlineExceeded"
+LEASE_EXPIRED_MARKER = " [lease-expired reclaim]"
 
 # Fields of result jsonb that can be malformed (field="result": not a JSON object).
 MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
 
 # Why a collection failed (jobqueue_exporter_collection_errors_total).
-COLLECTION_ERROR_REASONS = (
-    "timeout", "lock", "connection", "query", "schema", "permission", "internal",
-)  # fmt: skip
+TIMEOUT = "timeout"
+LOCK = "lock"
+CONNECTION = "connection"
+QUERY = "query"
+SCHEMA = "schema"
+PERMISSION = "permission"
+INTERNAL = "internal"
+COLLECTION_ERROR_REASONS = (TIMEOUT, LOCK, CONNECTION, QUERY, SCHEMA, PERMISSION, INTERNAL)
 
 # The indexes the default profile's per-cycle queries need (exporter/sql/indexes.sql).
 ACTIVE_INDEX = "job_exporter_active_idx"

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.demo.queue import DEADLINE_ERROR, JobQueue, Transition
+from exporter.demo.queue import DEAD, DEADLINE_ERROR, JobQueue, Transition
 from exporter.demo.tally import Tally, cost_components, failure_reason, result_fields
 
 log = logging.getLogger(__name__)
@@ -308,7 +308,7 @@ class Fleet:
             await asyncio.sleep(self.config.operator_interval)
             async with self._transaction() as queue:
                 rows = await queue.conn.fetch(
-                    "SELECT job_id, updated_at FROM job WHERE status = 4"
+                    f"SELECT job_id, updated_at FROM job WHERE status = {DEAD}"
                     " AND updated_at < now() - make_interval(secs => $2)"
                     " AND NOT (job_id = ANY($1::uuid[])) ORDER BY updated_at DESC LIMIT 50",
                     list(self._reserved),

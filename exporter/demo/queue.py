@@ -17,10 +17,11 @@ from typing import Any
 
 import asyncpg
 
-PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
+from exporter.vocabulary import DEADLINE_PREFIX, LEASE_EXPIRED_MARKER, Status
+
+PENDING, RUNNING, DONE, DEAD = (int(status) for status in Status)
 NOTIFY_CHANNEL = "lps_job"
-DEADLINE_ERROR = "JobDeadlineExceeded: ran longer than 300s"
-LEASE_EXPIRED_MARKER = " [lease-expired reclaim]"
+DEADLINE_ERROR = f"{DEADLINE_PREFIX}: ran longer than 300s"
 
 SCHEMA_FILE = Path(__file__).with_name("schema.sql")
 INDEXES_FILE = Path(__file__).parent.parent / "sql" / "indexes.sql"
@@ -33,15 +34,16 @@ _ROW = """job_id, job_type, status, attempts, max_attempts, worker_id, created_a
 _ENQUEUE = f"""
 INSERT INTO job (job_id, job_type, priority, payload, dedupe_key, max_attempts)
 VALUES (coalesce($1::uuid, gen_random_uuid()), $2, $3, $4::jsonb, $5, $6)
-ON CONFLICT (dedupe_key) WHERE status IN (1, 2) AND dedupe_key IS NOT NULL DO NOTHING
+ON CONFLICT (dedupe_key) WHERE status IN ({PENDING}, {RUNNING}) AND dedupe_key IS NOT NULL
+DO NOTHING
 RETURNING {_ROW}
 """
 _CLAIM = f"""
-UPDATE job SET status = 2, worker_id = $1, lease_until = now() + make_interval(secs => $2),
+UPDATE job SET status = {RUNNING}, worker_id = $1, lease_until = now() + make_interval(secs => $2),
     run_started_at = now(), attempts = attempts + 1, updated_at = now()
 WHERE job_id = (
     SELECT job_id FROM job
-    WHERE status = 1 AND run_after <= now()
+    WHERE status = {PENDING} AND run_after <= now()
       AND ($3::uuid IS NULL OR job_id = $3) AND NOT (job_id = ANY($4::uuid[]))
     ORDER BY priority, created_at
     FOR UPDATE SKIP LOCKED
@@ -51,39 +53,39 @@ RETURNING {_ROW}
 """
 _RENEW = f"""
 UPDATE job SET lease_until = now() + make_interval(secs => $3), updated_at = now()
-WHERE job_id = $1 AND worker_id = $2 AND status = 2
+WHERE job_id = $1 AND worker_id = $2 AND status = {RUNNING}
 RETURNING {_ROW}
 """
 _COMPLETE = f"""
-UPDATE job SET status = 3, result = $3::jsonb, lease_until = NULL, worker_id = NULL,
+UPDATE job SET status = {DONE}, result = $3::jsonb, lease_until = NULL, worker_id = NULL,
     updated_at = now()
-WHERE job_id = $1 AND status = 2 AND worker_id = $2
+WHERE job_id = $1 AND status = {RUNNING} AND worker_id = $2
 RETURNING {_ROW}
 """
 _FAIL = f"""
 UPDATE job SET
-    status = CASE WHEN attempts >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     run_after = CASE WHEN attempts >= max_attempts THEN run_after
         ELSE now() + make_interval(secs => least(600, $4 * power(2, greatest(attempts - 1, 0))))
         END,
     last_error = $3, lease_until = NULL, worker_id = NULL, updated_at = now()
-WHERE job_id = $1 AND status = 2 AND worker_id = $2
+WHERE job_id = $1 AND status = {RUNNING} AND worker_id = $2
 RETURNING {_ROW}
 """
 _REAP = f"""
 UPDATE job SET
-    status = CASE WHEN attempts >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     run_after = now(),
     last_error = coalesce(last_error, '') || '{LEASE_EXPIRED_MARKER}',
     lease_until = NULL, worker_id = NULL, updated_at = now()
-WHERE status = 2 AND lease_until IS NOT NULL AND lease_until < now()
+WHERE status = {RUNNING} AND lease_until IS NOT NULL AND lease_until < now()
   AND ($1::uuid IS NULL OR job_id = $1) AND NOT (job_id = ANY($2::uuid[]))
 RETURNING {_ROW}
 """
 _REQUEUE = f"""
-UPDATE job SET status = 1, attempts = 0, run_after = now(), lease_until = NULL,
+UPDATE job SET status = {PENDING}, attempts = 0, run_after = now(), lease_until = NULL,
     worker_id = NULL, run_started_at = NULL, last_error = NULL, updated_at = now()
-WHERE job_id = $1 AND status = 4
+WHERE job_id = $1 AND status = {DEAD}
 RETURNING {_ROW}
 """
 

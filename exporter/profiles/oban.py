@@ -11,22 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.profiles.base import (
-    EXACT_GAUGES,
-    Exactness,
-    Gauges,
-    PresetError,
-    Query,
-    Reading,
-    Results,
-    RetentionHint,
-    Row,
-    Tallies,
-    first,
-    gauges_from,
-    load_queries,
-)
-from exporter.profiles.horizon import TIMESTAMP_MARGIN, Horizon, IdWatermark, TxidSnapshot
+from exporter.counting.cycle import PresetError, Query, Results, Row
+from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.horizon import Horizon, IdWatermark
+from exporter.counting.ledger import Ledger
+from exporter.counting.terminal import TerminalCursor
+from exporter.model import Tallies
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 PRESET = "oban"
@@ -92,7 +83,8 @@ class Change:
     completed: int = 0
     failures: tuple[str, ...] = ()  # one reason per failed attempt
     dead: str | None = None  # the reason, when the job was discarded
-    retried: int = 0  # retries scheduled (automatic) and made by hand
+    retried: int = 0  # automatic retries: failed attempts not followed by the job's death
+    by_hand: int = 0  # retries by hand (retry_job of a finished job)
     cancelled: int = 0
 
 
@@ -112,7 +104,7 @@ def change(before: JobState, now: JobState, kinds: list[str]) -> Change:
     if before.state in TERMINAL_STATES and (
         now.state != before.state or now.ended_at != before.ended_at
     ):
-        out.retried += 1  # retry_job by hand: only a finished job goes back this way
+        out.by_hand = 1  # retry_job: only a finished job goes back this way
     fetches = (now.attempt - before.attempt) + (now.snoozed - before.snoozed)
     finished = fetches + (before.state == "executing") - (now.state == "executing")
     new_errors = max(0, now.errors - before.errors)
@@ -135,28 +127,31 @@ def change(before: JobState, now: JobState, kinds: list[str]) -> Change:
     # Every failed attempt is retried unless the job died; a death without a failed attempt of
     # its own (the Lifeline discarding an available job out of attempts) withdraws the retry
     # counted when its last attempt failed.
-    out.retried += len(out.failures) - (out.dead is not None)
+    out.retried = len(out.failures) - (out.dead is not None)
     return out
 
 
 class ObanReader:
-    """Reads oban_jobs into gauges and exact tallies, one cycle at a time."""
+    """Reads oban_jobs into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
 
-    def __init__(self, rescue_after: float | None = None) -> None:
+    def __init__(self, rescue_after: float | None = None, ledger: Ledger | None = None) -> None:
         self.rescue_after = rescue_after if rescue_after is not None else RESCUE_AFTER
+        self.ledger = ledger or Ledger()
         self.templates = load_queries(PRESET, event_log="oban_jobs")
         self.sql = self._with_states(ACTIVE_STATES - {"suspended"})
         self._states_known = False
-        self.tallies = Tallies()
         self.known: dict[int, JobState] = {}
         self.ids = IdWatermark()  # which ids are new: above the watermark and never seen
+        self.cursor = TerminalCursor()  # the windows' timestamp bound and the previous xmin
         self.counting = False
-        self._previous: TxidSnapshot | None = None
-        self._bound: float | None = None  # timestamp lower bound of this cycle's windows
-        self._next_bound: float | None = None
         self._lower_id: int | None = None
+
+    @property
+    def tallies(self) -> Tallies:
+        """What the ledger counted, by job-type label."""
+        return self.ledger.tallies
 
     def _with_states(self, states: frozenset[str]) -> dict[str, str]:
         literal = "'{" + ",".join(sorted(states)) + "}'::oban_job_state[]"
@@ -174,29 +169,16 @@ class ObanReader:
         if not self._states_known:
             out.append(Query("states", self.sql["states"]))
         out.append(Query("gauges", self.sql["gauges"], (self.rescue_after,)))
-        self._lower_id = self.ids.lower_id()
-        if not self._states_known:
-            # Counting waits for the states: a suspended job must be in the active set.
-            return out
-        if parsed.prepared or self._lower_id is None:
-            # No baseline before a settled id, and no bound from a horizon blind to prepared
-            # transactions: the next cycle's windows start where this one's did.
-            self._next_bound = self._bound
-            if self._bound is None or self._lower_id is None:
-                self._lower_id = None
-                return out
-        else:
-            self._next_bound = parsed.lower_bound - TIMESTAMP_MARGIN
-            if self._bound is not None:
-                self._next_bound = max(self._next_bound, self._bound)
-        if self._bound is None:
-            self._bound = self._next_bound
-        xmin = self._previous.xmin if self._previous is not None else 0
-        out.append(Query("changes", self.sql["changes"], (self._bound, xmin, self._lower_id)))
+        # Counting waits for the states (a suspended job must be in the active set) and for a
+        # settled id, below which every job is old.
+        self._lower_id = self.ids.lower_id() if self._states_known else None
+        planned = self.cursor.plan(parsed) if self._lower_id is not None else None
+        if planned is not None:
+            out.append(Query("changes", self.sql["changes"], (*planned, self._lower_id)))
         return out
 
     def apply(self, results: Results) -> Reading:
-        """Fold one cycle's rows into the tallies and return its gauges."""
+        """Count one cycle's rows into the ledger and return its gauges."""
         snapshot = first(results["snapshot"])
         gauge_rows = results["gauges"]
         gauges: dict[str, Gauges] = gauges_from(gauge_rows)
@@ -214,7 +196,8 @@ class ObanReader:
         if "changes" not in results:
             reading.warnings.append("a long or prepared transaction delays the Oban baseline")
             return reading
-        if self._bound is None or self._next_bound is None or self._lower_id is None:
+        next_bound = self.cursor.next_bound
+        if next_bound is None or self._lower_id is None:
             raise PresetError("apply() before queries()")
         rows = {int(row["id"]): row for row in results["changes"]}
         if not self.counting:
@@ -226,46 +209,55 @@ class ObanReader:
         else:
             for job_id, row in rows.items():
                 self._count(job_id, row)
+            self.ledger.settle()
         active = {int(i) for row in gauge_rows for i in row["active_ids"]}
-        self._forget(active, set(rows), self._next_bound)
+        self._forget(active, set(rows), next_bound)
         self.ids.advance()
-        self._previous = TxidSnapshot.parse(str(snapshot["snapshot"]))
-        self._bound = self._next_bound
+        self.cursor.advance(str(snapshot["snapshot"]))
         return reading
 
     def _count(self, job_id: int, row: Row) -> None:
         worker = str(row["job_type"])
         now = _state_of(row)
         before = self.known.get(job_id)
-        tallies = self.tallies
         kinds = list(row["error_kinds"] or ())
         inserted = before is None and self.ids.fresh(job_id)
         if before is None and not inserted:
             # A finished job the reader had forgotten, back by hand (retry_job) since the
             # previous snapshot, so an end it shows is new. Its figures before the retry are
             # gone: attempts that failed in between are not counted (docs/presets.md, "Oban").
-            delta = Change(retried=1)
+            delta = Change(by_hand=1)
             if now.state == "completed":
                 delta.completed = 1
             elif now.state == "cancelled":
                 delta.cancelled = 1
             elif now.state == "discarded":
                 delta.dead = kinds[-1] if kinds else ERROR
-                delta.retried = 0  # as for any death: retries = failures - deaths (+ by hand)
+                delta.retried = -1  # as for any death: retries = failures - deaths
         else:
             delta = change(before or INSERTED, now, kinds)
-        tallies.enqueued[worker] += inserted
-        tallies.completed[worker] += delta.completed
-        for reason in delta.failures:
-            tallies.failures[(worker, reason)] += 1
-        if delta.dead is not None:
-            tallies.dead[(worker, delta.dead)] += 1
-        tallies.requeued[worker] += delta.retried
-        tallies.cancelled[worker] += delta.cancelled
-        if delta.completed:
-            tallies.observe(worker, _float(row["duration"]), _float(row["wait"]),
-                            _float(row["latency"]))  # fmt: skip
+        self._record(worker, row, delta, inserted)
         self.known[job_id] = now
+
+    def _record(self, worker: str, row: Row, delta: Change, inserted: bool) -> None:
+        ledger = self.ledger
+        if inserted:
+            ledger.enqueued(worker)
+        for reason in delta.failures:
+            ledger.failed(worker, reason)
+        if delta.dead is not None:
+            ledger.dead(worker, delta.dead)
+        # Keeps the ledger's balance (retries - failures + deaths) at zero: Oban tells the
+        # retries by hand apart, so they are counted as they are.
+        if delta.retried:
+            ledger.retried(worker, delta.retried)
+        for _ in range(delta.by_hand):
+            ledger.requeued(worker)
+        if delta.completed:
+            ledger.completed(worker, _float(row["duration"]), _float(row["wait"]),
+                             _float(row["latency"]))  # fmt: skip
+        if delta.cancelled:
+            ledger.cancelled(worker)
 
     def _forget(self, active: set[int], seen: set[int], bound: float) -> None:
         """Drop jobs that no range of the next cycle can return again."""

@@ -13,19 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import __version__
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.settings import redact_dsn
 from exporter.vocabulary import DOCS_URL, PROJECT
-
-
-@dataclass(frozen=True)
-class QueueStatus:
-    """One queue as the status page shows it."""
-
-    view: QueueView
-    ready: str | None  # None when ready, else why not
-    last_error: str | None  # the last failure, kept after recovery (the view's clears)
-    last_error_at: float | None  # Unix time, exporter clock
 
 
 @dataclass(frozen=True)
@@ -128,7 +118,7 @@ def _counts(view: QueueView) -> list[str]:
 def _queue_row(status: QueueStatus, now: float) -> str:
     view = status.view
     state = "up" if view.up else "down"
-    role = "leader" if view.leader else "standby"
+    role = "leader" if view.collector else "standby"
     why = ""
     if status.ready is not None:
         # The reason is usually the last error, shown beside it: say it once.
@@ -141,7 +131,8 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         )
     else:
         error = '<span class="muted">none</span>'
-    tracked = _NOT_COUNTED if "tracked" in view.coverage.withheld else f"{view.tracked:,}"
+    withheld = view.tracked is None or "tracked" in view.coverage.withheld
+    tracked = _NOT_COUNTED if withheld else f"{view.tracked:,}"
     cells = [
         f"<td><b>{html.escape(view.queue)}</b></td>",
         f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',

@@ -16,7 +16,14 @@ import pytest
 
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.settings import Settings
-from tests.helpers import fast_settings, make_poller, poller_running, settle, wait_for_completions
+from tests.helpers import (
+    cursor,
+    fast_settings,
+    make_poller,
+    poller_running,
+    settle,
+    wait_for_completions,
+)
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
 pytestmark = pytest.mark.slow
@@ -115,6 +122,6 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
         assert sum(truth.completed.values()) > 20
         assert_exact(second, truth)
         # Bounded memory: only jobs that can still change, plus the tolerance window.
-        assert second.tracker.tracked < 2000
+        assert cursor(second).tracker.tracked < 2000
     finally:
         await second.database.close()

@@ -17,7 +17,7 @@ def test_a_completion_after_a_failure_and_a_retry_in_one_interval_counts_both() 
     assert (delta.completed, delta.failures, delta.retried, delta.dead) == (1, (E,), 1, None)
 
 
-def test_an_error_with_attempts_left_is_a_failure_and_a_retry() -> None:
+def test_an_error_with_attempts_left_is_a_failure_and_an_automatic_retry() -> None:
     before = JobState("executing", attempt=1)
     delta = change(before, JobState("retryable", attempt=1, errors=1), [D])
     assert (delta.failures, delta.retried, delta.dead) == ((D,), 1, None)
@@ -71,13 +71,13 @@ def test_a_snooze_is_neither_a_failure_nor_a_retry() -> None:
 def test_a_retry_by_hand_of_a_known_dead_job_that_then_completes() -> None:
     before = JobState("discarded", attempt=1, errors=1, ended_at=5.0)
     delta = change(before, JobState("completed", attempt=2, errors=1, ended_at=9.0), [E])
-    assert (delta.retried, delta.completed, delta.failures, delta.dead) == (1, 1, (), None)
+    assert (delta.by_hand, delta.retried, delta.completed, delta.failures) == (1, 0, 1, ())
 
 
 def test_a_retry_by_hand_of_a_cancelled_job_waiting_to_run() -> None:
     before = JobState("cancelled", attempt=0, cancel_mark="t", ended_at=5.0)
     delta = change(before, JobState("available", cancel_mark="t"), [])
-    assert (delta.retried, delta.cancelled, delta.failures) == (1, 0, ())
+    assert (delta.by_hand, delta.retried, delta.cancelled, delta.failures) == (1, 0, 0, ())
 
 
 def test_an_unchanged_version_counts_nothing() -> None:
@@ -89,7 +89,7 @@ def test_an_unchanged_version_counts_nothing() -> None:
 def test_oban_exports_its_three_failure_reasons_and_cancellations_the_default_none() -> None:
     from exporter.model import Coverage
     from exporter.profiles import PRESETS
-    from exporter.profiles.mapping import coverage_of, failure_reason
+    from exporter.profiles.mapping import coverage_of
     from exporter.vocabulary import DEADLINE, ERROR, LEASE_EXPIRED, Status
 
     coverage = coverage_of(PRESETS["oban"].capabilities)
@@ -97,6 +97,3 @@ def test_oban_exports_its_three_failure_reasons_and_cancellations_the_default_no
     assert coverage.statuses == (Status.PENDING, Status.RUNNING)
     assert "cancelled" not in coverage.withheld
     assert "cancelled" in Coverage().withheld  # the default schema cannot cancel
-    assert [failure_reason(r) for r in (DEADLINE, LEASE_EXPIRED, ERROR)] == [
-        DEADLINE, LEASE_EXPIRED, ERROR,
-    ]  # fmt: skip

@@ -6,11 +6,11 @@ import re
 from dataclasses import replace
 
 from exporter import __version__
-from exporter.model import ConfigStatus, Health
+from exporter.model import ConfigStatus, Health, QueueStatus
 from exporter.profiles import PRESETS
 from exporter.profiles.mapping import coverage_of
 from exporter.vocabulary import DOCS_URL
-from exporter.web.status import QueueStatus, StatusPage, status_page
+from exporter.web.status import StatusPage, status_page
 from tests.pages import RenderedPage
 from tests.unit.factories import view
 
@@ -70,7 +70,9 @@ def test_a_reason_other_than_the_last_error_is_named() -> None:
 
 def test_a_standby_says_so() -> None:
     status = healthy()
-    standby = QueueStatus(view(leader=False, snapshot=None, tallies=None), None, None, None)
+    standby = QueueStatus(
+        view(leader=False, collector=False, snapshot=None, tallies=None), None, None, None
+    )
     assert RenderedPage(page(status, standby)).rows["orders"][2] == "standby"
 
 

@@ -213,19 +213,19 @@ async def measure(
 async def exporter_collections(
     conn: asyncpg.Connection, dsn: str, preset: str, batch: list[str], cycles: int
 ) -> list[float]:
-    """Wall time (ms) of the exporter's own collections of the same queue: PresetPoller, its
+    """Wall time (ms) of the exporter's own collections of the same queue: Poller, its
     pool, db/presets.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
     from dataclasses import replace
 
     from exporter.db import Database
-    from exporter.preset_poller import PresetPoller
+    from exporter.poller import Poller
     from exporter.runtime import connect_options
     from exporter.settings import QueueSettings
     from exporter.settings.schema import DatabaseSettings
 
     queue = QueueSettings(name=preset, database=DatabaseSettings(dsn=dsn), profile=preset)
     queue = replace(queue, collect=replace(queue.collect, leader_election=False))
-    poller = PresetPoller(queue, Database(connect_options(queue)))
+    poller = Poller(queue, Database(connect_options(queue)))
     out: list[float] = []
     try:
         for _ in range(3):  # the baseline, the index check, the first counting cycle

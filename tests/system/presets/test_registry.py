@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.counting.ledger import Ledger
 from exporter.profiles import PRESETS
 from exporter.profiles.base import load_queries
 
@@ -19,7 +20,7 @@ METRICS = {
 def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     preset = PRESETS[name]
     assert set(preset.capabilities) == METRICS
-    reader = preset.make_reader(None)
+    reader = preset.make_reader(None, Ledger())
     assert reader.horizon_query().name == "horizon"
     event_log = getattr(reader, "event_log", None)
     for sql in load_queries(name, event_log=event_log).values():

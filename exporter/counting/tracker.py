@@ -1,7 +1,7 @@
 """Pure logic that turns changed rows into exact transition counts; no I/O.
 
 The queue keeps no event log, only each job's current row. Every transition sets
-``updated_at = now()``; the change cursor (exporter/horizon.py) hands the tracker each
+``updated_at = now()``; the change cursor (exporter/counting/changefeed.py) hands the tracker each
 changed row about once, in ``updated_at`` order, and tells it the *floor* below which no row
 will be read again. Rows read twice (the baseline's active rows, or a fallback window) are
 recognised by comparing with the last state the tracker saw of the same job, and the number of
@@ -14,8 +14,15 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from exporter.counting.results import (
+    ResultPaths,
+    classify,
+    decode_figures,
+    decode_result,
+    split_error,
+)
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
-from exporter.results import ResultPaths, classify, decode_figures, decode_result, split_error
+from exporter.vocabulary import DEADLINE_PREFIX, ERROR, LEASE_EXPIRED, LEASE_EXPIRED_MARKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +60,8 @@ class TrackerOptions:
     """The settings the tracker needs."""
 
     commit_lag_tolerance: float
-    deadline_prefix: str = "JobDeadlineExceeded"
-    lease_marker: str = " [lease-expired reclaim]"
+    deadline_prefix: str = DEADLINE_PREFIX
+    lease_marker: str = LEASE_EXPIRED_MARKER
     paths: ResultPaths = field(default_factory=ResultPaths)
 
 
@@ -229,7 +236,7 @@ class Tracker:
         error = split_error(row.last_error, self.options.lease_marker)
         reclaims = min(failures, error.reclaims)
         if reclaims:
-            self.tallies.failures[(label, "lease_expired")] += reclaims
+            self.tallies.failures[(label, LEASE_EXPIRED)] += reclaims
         rest = failures - reclaims
         if rest:
             reason = self._reason_of_unseen(row, previous)
@@ -240,12 +247,12 @@ class Tracker:
             base = split_error(text, self.options.lease_marker).base
             if base:
                 return classify(base, self.options.deadline_prefix)
-        return "error"
+        return ERROR
 
     def _latest_reason(self, row: JobRow) -> str:
         error = split_error(row.last_error, self.options.lease_marker)
         if error.reclaims:
-            return "lease_expired"
+            return LEASE_EXPIRED
         return classify(error.base, self.options.deadline_prefix)
 
     def _count_completion(self, row: JobRow, label: str) -> None:
