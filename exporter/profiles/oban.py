@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.counting.cycle import PresetError, Query, Results, Row
-from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.gauges import Reading, first, reading_of
 from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
 from exporter.counting.terminal import TerminalCursor
@@ -179,15 +179,7 @@ class ObanReader:
 
     def apply(self, results: Results) -> Reading:
         """Count one cycle's rows into the ledger and return its gauges."""
-        snapshot = first(results["snapshot"])
-        gauge_rows = results["gauges"]
-        gauges: dict[str, Gauges] = gauges_from(gauge_rows)
-        reading = Reading(
-            taken_at=float(snapshot["now"]),
-            gauges=gauges,
-            counting=self.counting,
-            rows_read={name: len(rows) for name, rows in results.items()},
-        )
+        reading = reading_of(results, self.counting)
         if "states" in results:
             if first(results["states"])["suspended"]:
                 self.sql = self._with_states(ACTIVE_STATES)
@@ -210,10 +202,10 @@ class ObanReader:
             for job_id, row in rows.items():
                 self._count(job_id, row)
             self.ledger.settle()
-        active = {int(i) for row in gauge_rows for i in row["active_ids"]}
+        active = {int(i) for row in results["gauges"] for i in row["active_ids"]}
         self._forget(active, set(rows), next_bound)
         self.ids.advance()
-        self.cursor.advance(str(snapshot["snapshot"]))
+        self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return reading
 
     def _count(self, job_id: int, row: Row) -> None:
