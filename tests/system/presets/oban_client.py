@@ -87,6 +87,19 @@ def error_entry(job: dict[str, Any], error: BaseException | str) -> dict[str, An
     return {"attempt": job["attempt"], "at": datetime.now(UTC).isoformat(), "error": text}
 
 
+async def insert_on(conn: Any, worker: str, **fields: Any) -> int:
+    """insert_job.sql on a given connection (inside the caller's transaction, if any)."""
+    job = {"args": {}, "inserted_at": None, "max_attempts": 20, "meta": {}, "priority": 0,
+           "queue": "default", "scheduled_at": None, "state": "available", "tags": [],
+           "worker": worker, **fields}  # fmt: skip
+    cursor = await conn.execute(
+        load("insert_job.sql"), {key: cast(key, job[key]) for key in INSERTABLE_FIELDS}
+    )
+    row = await cursor.fetchone()
+    assert row is not None
+    return int(row["id"] if isinstance(row, dict) else row[0])
+
+
 class ObanClient:
     """The statements of ``oban._query.Query`` over a psycopg pool."""
 
@@ -107,17 +120,8 @@ class ObanClient:
 
     async def insert(self, worker: str, **fields: Any) -> int:
         """``Query.insert_jobs`` for one job, with ``Job``'s defaults."""
-        job = {"args": {}, "inserted_at": None, "max_attempts": 20, "meta": {}, "priority": 0,
-               "queue": "default", "scheduled_at": None, "state": "available", "tags": [],
-               "worker": worker, **fields}  # fmt: skip
         async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                load("insert_job.sql"),  # type: ignore[arg-type]
-                {key: cast(key, job[key]) for key in INSERTABLE_FIELDS},
-            )
-            row = await cursor.fetchone()
-            assert row is not None
-            return int(row[0])
+            return await insert_on(conn, worker, **fields)
 
     async def fetch(self, queue: str, demand: int, node: str, uuid: str) -> list[dict[str, Any]]:
         """``Query.fetch_jobs``: claim available jobs (state executing, attempt + 1)."""

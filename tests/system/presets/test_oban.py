@@ -7,7 +7,7 @@ import pytest
 
 from exporter.profiles.oban import ObanReader
 from tests.system.presets.collect import Poller
-from tests.system.presets.oban_client import ObanClient, require_oban
+from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +75,49 @@ async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
     assert last[h.W + "Parked"].oldest_ready_wait > 0
     assert last[h.W + "Held"].oldest_ready_wait == 0  # not due for an hour
     assert all(g.stuck == 0 and g.running_oldest == 0 for g in last.values())
+
+
+async def test_late_insert_and_late_completion_are_counted_once(oban_dsn: str) -> None:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    reader = ObanReader()
+    poller = Poller(oban_dsn, reader, interval=0.2)
+    async with (
+        ObanClient(oban_dsn) as oban,
+        await psycopg.AsyncConnection.connect(oban_dsn, row_factory=dict_row) as late,
+        poller.running(),
+    ):
+        await oban.insert("app.Later")
+        await poller.until(lambda: reader.tallies.enqueued["app.Later"] == 1)
+        # One open transaction (its now(), hence every stamp it writes, is from here on)
+        # inserts twice, once in a savepoint, and claims and completes the first job.
+        await insert_on(late, "app.Parked")
+        await late.execute("SAVEPOINT s")
+        await insert_on(late, "app.Parked")
+        await late.execute("RELEASE SAVEPOINT s")
+        cursor = await late.execute(
+            load("fetch_jobs.sql"), {"queue": "default", "demand": 1,
+                                     "attempted_by": ["late", "late"]},
+        )  # fmt: skip
+        [job] = await cursor.fetchall()
+        assert job["worker"] == "app.Later"
+        acked = await late.execute(load("ack_job.sql"), Ack(job, "completed").args())
+        assert [row["id"] for row in await acked.fetchall()] == [job["id"]]
+        await oban.insert("app.Later")  # a prompt one, committed at once
+        await poller.until(lambda: reader.tallies.enqueued["app.Later"] == 2)
+        await poller.cycles(5)
+        assert reader.tallies.enqueued["app.Parked"] == 0
+        assert reader.tallies.completed["app.Later"] == 0
+        await late.commit()
+        await poller.until(lambda: reader.tallies.completed["app.Later"] >= 1)
+        # A write rolled back is never counted.
+        await insert_on(late, "app.Gone")
+        await poller.cycles(3)
+        await late.rollback()
+        await poller.cycles(5)
+    assert reader.tallies.counters()["enqueued"] == {"app.Later": 2, "app.Parked": 2}
+    assert reader.tallies.counters()["completed"] == {"app.Later": 1}
 
 
 def _stuck(poller: Poller, worker: str) -> int:
