@@ -60,6 +60,7 @@ class Poller:
         )
         self.mode: CountingMode = self.profile.make_mode(settings, self.labels, self.tallies)
         self._counting = False
+        self._behind = False
         self._warnings: tuple[str, ...] = ()
         self.health = Health()
         self.snapshot: Snapshot | None = None
@@ -91,7 +92,7 @@ class Poller:
     @property
     def behind(self) -> bool:
         """True when the last cycle stopped reading before its cursor reached its bound."""
-        return bool(getattr(self.mode, "behind", False))
+        return self._behind
 
     def rebaseline(self) -> None:
         """Count from a new baseline at the next collection; what was counted stays counted.
@@ -102,7 +103,7 @@ class Poller:
         after a leadership gap never goes down.
         """
         self.mode = self.profile.make_mode(self.settings, self.labels, self.tallies)
-        self._counting = False
+        self._counting = self._behind = False
         self.snapshot = None
         self._indexes_checked_at = None
 
@@ -276,6 +277,7 @@ class Poller:
         budget = self.settings.collect.timeout * READ_BUDGET_SHARE
         collected, durations = await run_cycle(self.database, self.mode, budget)
         self._note(collected)
+        self._behind = collected.behind
         for job_type in collected.snapshot.active:
             self.labels.label(job_type)
         self.snapshot = collected.snapshot

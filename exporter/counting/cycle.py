@@ -55,6 +55,7 @@ class Collected:
     counting: bool = True  # False until the mode has a safe baseline
     rows_read: int = 0  # rows of changes or events read this cycle
     lag: float = 0.0  # database seconds between the snapshot and the cursor
+    behind: bool = False  # stopped before the cursor reached its bound: go on at once
     warnings: tuple[str, ...] = ()  # conditions worth one log line each while they last
 
 

@@ -72,11 +72,6 @@ class TransitionCursor:
         """How many jobs' last state the tracker keeps."""
         return self.tracker.tracked
 
-    @property
-    def behind(self) -> bool:
-        """True when the last cycle stopped reading before the cursor reached its bound."""
-        return not self.feed.caught_up
-
     def horizon_query(self) -> Query:
         """The statement to run in autocommit, before the cycle's snapshot."""
         return Query("horizon", self.sql["horizon"])
@@ -151,6 +146,7 @@ class TransitionCursor:
             counting=True,  # from the baseline on
             rows_read=feed.rows_read - rows_before,
             lag=feed.lag(),
+            behind=not feed.caught_up,
             warnings=(HIDDEN_WARNING,) if hidden else (),
         )
 

@@ -22,9 +22,10 @@ async def run_cycle(
     each statement's wall time (the slowest run of a statement run several times).
 
     The horizon must run before the snapshot is taken, outside the transaction (the proof of
-    exactness rests on it). Deferrable statements (chunks of changes) are left unrun once
-    ``budget`` seconds have passed since the first of them started. What the mode raises (a
-    CountingError) passes through as it is; the database's errors become DatabaseError.
+    exactness rests on it). Deferrable statements (chunks of changes) after the first are left
+    unrun once ``budget`` seconds have passed since the first of them started. What the mode
+    raises (a CountingError) passes through as it is; the database's errors become
+    DatabaseError.
     """
     durations: dict[str, float] = {}
     async with database.session() as conn:
@@ -49,9 +50,11 @@ async def run_cycle(
                     rows: list[Any] | None = None
                     run = True
                     if query.deferrable:
+                        # The first one always runs: a cycle reads at least one chunk.
                         if deferred_since is None:
                             deferred_since = time.perf_counter()
-                        run = time.perf_counter() - deferred_since < budget
+                        else:
+                            run = time.perf_counter() - deferred_since < budget
                     if run:
                         rows = await timed(query)
                     query = _step(cycle, rows)

@@ -18,7 +18,7 @@ from exporter.settings import QueueSettings
 __all__ = ["PRESETS", "PROFILES", "Preset", "PresetReader", "Profile", "profile_of"]
 
 
-def _pgboss(stuck_after: float | None, ledger: Ledger) -> PresetReader:
+def _pgboss(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
     # pg-boss stores each job's own expiry and heartbeat interval: nothing to configure.
     return pgboss.PgbossReader(ledger)
 

@@ -45,8 +45,11 @@ RETENTION = RetentionHint(
 class PgqueuerReader(EventLogReader):
     """Reads pgqueuer / pgqueuer_log into gauges and exact tallies."""
 
+    preset = PRESET
+    event_log = "pgqueuer_log"
+
     def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        sql = load_queries(PRESET, event_log="pgqueuer_log")
+        sql = load_queries(PRESET, event_log=self.event_log)
         stuck = stuck_after if stuck_after is not None else HEARTBEAT_TIMEOUT
         super().__init__(sql, stuck, ledger)
 

@@ -44,8 +44,11 @@ RETENTION = RetentionHint(
 class ProcrastinateReader(EventLogReader):
     """Reads procrastinate_jobs / procrastinate_events into gauges and exact tallies."""
 
+    preset = PRESET
+    event_log = "procrastinate_events"
+
     def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        sql = load_queries(PRESET, event_log="procrastinate_events")
+        sql = load_queries(PRESET, event_log=self.event_log)
         stuck = stuck_after if stuck_after is not None else STALLED_WORKER_TIMEOUT
         super().__init__(sql, stuck, ledger)
 

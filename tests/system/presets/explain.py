@@ -214,7 +214,7 @@ async def exporter_collections(
     conn: asyncpg.Connection, dsn: str, preset: str, batch: list[str], cycles: int
 ) -> list[float]:
     """Wall time (ms) of the exporter's own collections of the same queue: Poller, its
-    pool, db/presets.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
+    pool, db/cycle.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
     from dataclasses import replace
 
     from exporter.db import Database
