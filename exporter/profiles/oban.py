@@ -135,11 +135,12 @@ class ObanReader:
     """Reads oban_jobs into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
+    event_log = "oban_jobs"  # not a log: the table whose ids the horizon's watermark reads
 
     def __init__(self, rescue_after: float | None = None, ledger: Ledger | None = None) -> None:
         self.rescue_after = rescue_after if rescue_after is not None else RESCUE_AFTER
         self.ledger = ledger or Ledger()
-        self.templates = load_queries(PRESET, event_log="oban_jobs")
+        self.templates = load_queries(PRESET, event_log=self.event_log)
         self.sql = self._with_states(ACTIVE_STATES - {"suspended"})
         self._states_known = False
         self.known: dict[int, JobState] = {}
