@@ -3,9 +3,12 @@ and a cycle stays on the indexes at 1,000,000 rows."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from exporter.profiles.oban import ObanReader
+from exporter.service import Service
 from tests.system.presets.collect import Poller
 from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
 
@@ -133,3 +136,64 @@ async def test_per_cycle_queries_use_indexes_on_a_million_rows(oban_dsn: str) ->
     assert result.seq_scans() == [], result.summary()
     assert max(result.rows_read) < 1_000_000 // 50, result.summary()
     print(result.summary())
+
+
+async def test_the_exporter_service_serves_the_oban_queue_exactly(oban_dsn: str) -> None:
+    """The same workload under `jobqueue-exporter run`'s Service: /metrics equals the table."""
+    from exporter.profiles.preset import PresetMode
+    from exporter.settings import Settings, WebSettings
+    from tests.helpers import fast_queue, get, parse, wait_until
+    from tests.system.presets import oban_harness as h
+    from tests.system.presets.test_exporter import counters_of
+
+    queue = replace(fast_queue(oban_dsn, name="media", interval=0.3,
+                               heartbeat_timeout=h.RESCUE_AFTER), profile="oban")  # fmt: skip
+    service = Service(Settings(queues=(queue,), web=WebSettings(listen_address=("127.0.0.1:0",))))
+    async with ObanClient(oban_dsn) as oban:
+        ids = await h.history(oban)
+        start = await h.snapshot_rows(oban_dsn)
+        await service.start()
+        try:
+            mode = service.queue("media").poller.mode
+            assert isinstance(mode, PresetMode)
+            reader = mode.reader
+            assert isinstance(reader, ObanReader)
+            await wait_until(lambda: reader.counting, within=60, what="the Oban baseline")
+
+            async def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+                status, body, _ = await get(service.port, "/metrics")
+                assert status == 200
+                return parse(body)
+
+            async def while_stuck(n: int) -> None:
+                key = ("jobqueue_stuck_jobs", (("job_type", h.W + "Fragile"), ("queue", "media"),
+                                               ("reason", "lease_expired")))  # fmt: skip
+                while (await scrape()).get(key) != n:
+                    await _next_collection(service)
+
+            async def until_forgotten(job_id: int) -> None:
+                await wait_until(lambda: job_id not in reader.known, within=30, what="forgotten")
+
+            by_hand = await h.run_workload(oban_dsn, oban, ids, while_stuck, until_forgotten)
+            truth = h.truth(start, await h.snapshot_rows(oban_dsn), by_hand)
+            wanted = {name: {k: float(v) for k, v in found.items()}
+                      for name, found in truth.counters.items() if found}  # fmt: skip
+            for _ in range(100):
+                got = {k: v for k, v in counters_of(await scrape(), "media").items() if v}
+                if got == wanted:
+                    break
+                await _next_collection(service)
+            assert got == wanted
+            samples = await scrape()
+            assert samples[("jobqueue_up", (("queue", "media"),))] == 1
+            for worker, (n, *_sums) in truth.histograms.items():
+                key = ("jobqueue_job_duration_seconds_count",
+                       (("job_type", worker), ("queue", "media")))  # fmt: skip
+                assert samples[key] == n, worker
+        finally:
+            await service.stop()
+
+
+async def _next_collection(service: Service) -> None:
+    poller = service.queue("media").poller
+    await poller.wait_for_collections(poller.generation + 1, limit=30)
