@@ -60,7 +60,7 @@ RETENTION = RetentionHint(
 
 @dataclass(frozen=True)
 class JobState:
-    """What the reader last knew of one job: the figures of its row that only ever grow."""
+    """What the reader last knew of one job: the figures of its row that the deltas come from."""
 
     state: str
     attempt: int = 0
@@ -77,9 +77,8 @@ INSERTED = JobState("available")
 
 @dataclass
 class Change:
-    """What happened to one job between two versions of its row (per job type once added)."""
+    """What happened to one job between two versions of its row."""
 
-    enqueued: int = 0
     completed: int = 0
     failures: tuple[str, ...] = ()  # one reason per failed attempt
     dead: str | None = None  # the reason, when the job was discarded
