@@ -2,14 +2,14 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks; ``PRESETS`` has their readers, capabilities and retention). See
+pg-boss, django-tasks, Oban; ``PRESETS`` has their readers, capabilities and retention). See
 docs/presets.md for the interface and the proofs.
 """
 
 from __future__ import annotations
 
 from exporter.counting.ledger import Ledger
-from exporter.profiles import django_tasks, pgboss, pgqueuer, procrastinate
+from exporter.profiles import django_tasks, oban, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Preset, PresetReader, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -42,6 +42,9 @@ PRESETS: dict[str, Preset] = {
                _django_tasks, django_tasks.CAPABILITIES, django_tasks.RETENTION,
                "django_tasks_indexes.sql", django_tasks.TABLE,
                ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
+        Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,
+               oban.CAPABILITIES, oban.RETENTION, "oban_indexes.sql", "oban_jobs",
+               ("oban_jobs_completed_at_index",)),
     )
 }  # fmt: skip
 

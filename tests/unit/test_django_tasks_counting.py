@@ -141,4 +141,4 @@ def test_the_profile_exports_no_stuck_requeued_or_cancelled_series() -> None:
     assert coverage.statuses == (Status.PENDING, Status.RUNNING)
     assert coverage.stuck_reasons == ()  # no heartbeat or lease to call a task lost by
     assert coverage.failure_reasons == (ERROR,)  # exception class paths fold into error
-    assert coverage.withheld == NEVER_FILLED | {"requeued"}
+    assert coverage.withheld == NEVER_FILLED | {"requeued", "cancelled"}

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.counting.ledger import Ledger
 from exporter.profiles import PRESETS
 from exporter.profiles.base import load_queries
 
 METRICS = {
     "pending", "running", "scheduled", "oldest_pending_age", "oldest_ready_wait",
     "running_oldest", "stuck", "held", "enqueued", "completed", "failures", "failure_reason",
+    "failure_deadline",
     "dead", "requeued", "cancelled", "wait", "duration", "latency",
 }  # fmt: skip
 
@@ -18,7 +20,7 @@ METRICS = {
 def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     preset = PRESETS[name]
     assert set(preset.capabilities) == METRICS
-    reader = preset.make_reader(None)
+    reader = preset.make_reader(None, Ledger())
     assert reader.horizon_query().name == "horizon"
     event_log = getattr(reader, "event_log", None)
     # A profile spelled with a hyphen (django-tasks) names its SQL file with an underscore.
