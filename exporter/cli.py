@@ -217,8 +217,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
             log_start((demo_queue(settings, ""),))
             return run_demo(settings)
+        log_start(settings.queues)  # the start line first, then what the catalog check says
         _checked_tables(settings)
-        log_start(settings.queues)
     except ConfigError as exc:
         _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
         return EXIT_USAGE

@@ -39,6 +39,7 @@ CAPABILITIES: dict[str, Exactness] = {
     "completed": "exact",
     "failures": "exact",  # one per FAILED task: the backend does not retry
     "failure_reason": "not exported",  # exception class paths are unbounded: all are "error"
+    "failure_deadline": "not exported",  # no retry and no timeout of its own: no deadline kill
     "dead": "exact",  # the same FAILED tasks: without a retry, a failure is final
     "requeued": "not exported",  # no retry, and no way to put a finished task back
     "cancelled": "not exported",  # the backend cannot cancel a task

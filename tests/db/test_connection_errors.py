@@ -55,7 +55,7 @@ async def test_missing_database_is_translated_where_the_pool_connects(pg_cluster
     poller = make_poller(fast_settings(_missing_database(pg_cluster)))
     try:
         with pytest.raises(DatabaseError) as raised:
-            await poller.database.missing_indexes()
+            await poller.database.missing_indexes("job", ("job_exporter_active_idx",))
         assert raised.value.reason == "connection"
     finally:
         await poller.database.close()
