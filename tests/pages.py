@@ -6,7 +6,11 @@ from html.parser import HTMLParser
 
 
 class RenderedPage(HTMLParser):
-    """The text of each queue's row (``<tr id="queue-NAME">``), every link and tag seen."""
+    """The text of each queue's row (``<tr id="queue-NAME">``), every link and tag seen.
+
+    ``rows`` holds every piece of text in a row; ``cells`` the row's text cell by cell under the
+    table's column names, so a test reads "pending" and not "the ninth cell".
+    """
 
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -14,7 +18,11 @@ class RenderedPage(HTMLParser):
         self.links: list[str] = []
         self.tags: set[str] = set()
         self.attrs: list[tuple[str, str | None]] = []
+        self.headers: list[str] = []
+        self.cells: dict[str, dict[str, str]] = {}
         self._row: str | None = None
+        self._cell: list[str] | None = None
+        self._in_header = False
         self.feed(text)
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
@@ -27,11 +35,27 @@ class RenderedPage(HTMLParser):
         if tag == "tr" and row.startswith("queue-"):
             self._row = row.removeprefix("queue-")
             self.rows[self._row] = []
+            self.cells[self._row] = {}
+        if tag == "th":
+            self._in_header = True
+            self.headers.append("")
+        if tag == "td" and self._row is not None:
+            self._cell = []
 
     def handle_endtag(self, tag: str) -> None:
+        if tag == "th":
+            self._in_header = False
+        if tag == "td" and self._row is not None and self._cell is not None:
+            row = self.cells[self._row]
+            row[self.headers[len(row)]] = " ".join(self._cell)
+            self._cell = None
         if tag == "tr":
             self._row = None
 
     def handle_data(self, data: str) -> None:
+        if self._in_header:
+            self.headers[-1] += data.strip()
+        if self._cell is not None and data.strip():
+            self._cell.append(data.strip())
         if self._row is not None and data.strip():
             self.rows[self._row].append(data.strip())

@@ -106,8 +106,8 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
     assert rows["orders"][:3] == ["orders", "up", "leader"]
     assert rows["billing"][:2] == ["billing", "down"]
     assert any("connection" in cell for cell in rows["billing"])  # why it is down
-    # collection, tracked, then pending 34, running 4, dead 2
-    assert rows["orders"][7:10] == ["34", "4", "2"], rows["orders"]
+    orders = RenderedPage(dom.decode()).cells["orders"]
+    assert (orders["pending"], orders["running"], orders["dead"]) == ("34", "4", "2"), orders
 
     data = shot.read_bytes()
     assert png_size(data) == (WIDTH, HEIGHT)
