@@ -25,9 +25,9 @@ _K = TypeVar("_K")
 
 @dataclass(frozen=True)
 class Figures:
-    """The numbers the change query pulled out of ``result`` in SQL, as JSON number text.
+    """The values the change query pulled out of ``result`` in SQL, each as its JSON text.
 
-    ``kind`` is ``jsonb_typeof(result)``; a value is None when missing or not a JSON number.
+    ``kind`` is ``jsonb_typeof(result)``; a value is None when missing (a string keeps its quotes).
     """
 
     kind: str | None

@@ -52,14 +52,19 @@ def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
 
 
 def decode_figures(figures: Figures) -> Outcome:
-    """The same as decode_result, from the numbers SQL already pulled out; never raises."""
+    """The same as decode_result, from the values SQL already pulled out; never raises."""
     if figures.kind != "object":
         return Outcome(None, {}, ("result",))
     return _outcome({name: _number_of(getattr(figures, name)) for name in FIELDS})
 
 
+# How jsonb prints a number: an optional minus, then a digit. A string arrives with its quotes,
+# true, false, null, arrays and objects as themselves, so none of them counts, "0.5" included.
+_NUMBER_START = frozenset("-0123456789")
+
+
 def _number_of(text: str | None) -> float | None:
-    if text is None:
+    if not text or text[0] not in _NUMBER_START:
         return None
     try:
         value = float(text)  # JSON number text: 1e400 becomes inf, rejected below

@@ -188,7 +188,7 @@ def _with_result(r: Row) -> JobRow:
 
 
 def _changed_row(r: Row) -> JobRow:
-    """A row of ``changes_after``: the numbers in ``result`` come already pulled out in SQL."""
+    """A row of ``changes_after``: the values at ``result``'s paths come pulled out in SQL."""
     if r["status"] != Status.DONE:
         return _job_row(r)
     figures = Figures(

@@ -112,15 +112,18 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- is the column's own, uuid, integer or text; the nil uuid, the cursor's start, stands for the
 -- type's smallest value); $3: upper bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
--- the whole document (as JSON number text, NULL when missing or not a number). date_part()
--- gives float8 directly; extract() computes in numeric, several times slower per row.
+-- the whole document: each path's value as its JSON text (a string with its quotes), NULL when
+-- missing; Python keeps the numbers (exporter/counting/results.py). Each path is extracted once:
+-- testing its jsonb_typeof in SQL as well extracted it twice (the outer query is flattened),
+-- the largest part of this statement's time. date_part() gives float8 directly; extract()
+-- computes in numeric, several times slower per row.
 SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
-       CASE WHEN jsonb_typeof(f.duration_ms) = 'number' THEN f.duration_ms::text END AS duration_ms,
-       CASE WHEN jsonb_typeof(f.ai_usd) = 'number' THEN f.ai_usd::text END AS ai_usd,
-       CASE WHEN jsonb_typeof(f.proxy_usd) = 'number' THEN f.proxy_usd::text END AS proxy_usd,
-       CASE WHEN jsonb_typeof(f.total_usd) = 'number' THEN f.total_usd::text END AS total_usd,
+       CASE WHEN j.status = 3 THEN (j.result #> $5::text[])::text END AS duration_ms,
+       CASE WHEN j.status = 3 THEN (j.result #> $6::text[])::text END AS ai_usd,
+       CASE WHEN j.status = 3 THEN (j.result #> $7::text[])::text END AS proxy_usd,
+       CASE WHEN j.status = 3 THEN (j.result #> $8::text[])::text END AS total_usd,
        date_part('epoch', j.run_after) AS run_after,
        date_part('epoch', j.run_started_at) AS run_started_at,
        date_part('epoch', j.created_at) AS created_at,
@@ -140,10 +143,4 @@ FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} A
       -- Qualified: an output column of the same name would otherwise be sorted on.
       ORDER BY t.{updated_at}, t.{job_id}
       LIMIT $4) AS j
-CROSS JOIN LATERAL (
-    SELECT CASE WHEN j.status = 3 THEN j.result #> $5::text[] END AS duration_ms,
-           CASE WHEN j.status = 3 THEN j.result #> $6::text[] END AS ai_usd,
-           CASE WHEN j.status = 3 THEN j.result #> $7::text[] END AS proxy_usd,
-           CASE WHEN j.status = 3 THEN j.result #> $8::text[] END AS total_usd
-) AS f
 ORDER BY j.updated_at, j.job_key;

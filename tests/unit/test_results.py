@@ -133,7 +133,7 @@ def test_classify_by_deadline_prefix() -> None:
 
 
 def figures_as_sql_pulls_them(document: object, paths: ResultPaths) -> Figures:
-    """What changes_after returns: jsonb_typeof(result), and each path's value if a number."""
+    """What changes_after returns: jsonb_typeof(result), and each path's value as JSON text."""
     kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
     kind = kinds.get(type(document), "number")
 
@@ -141,38 +141,52 @@ def figures_as_sql_pulls_them(document: object, paths: ResultPaths) -> Figures:
         node = document
         for key in path:
             if not isinstance(node, dict) or key not in node:
-                return None
+                return None  # (result #> path) is NULL: a key missing, or not an object there
             node = node[key]
-        if isinstance(node, bool) or not isinstance(node, int | float):
-            return None
-        return json.dumps(node)
+        return json.dumps(node)  # ::text of any value: a string with its quotes, null as null
 
     return Figures(
         kind, at(paths.duration_ms), at(paths.ai_usd), at(paths.proxy_usd), at(paths.total_usd)
     )
 
 
+# Any JSON value; strings that read as numbers must still not count as numbers.
+SCALARS = (
+    st.integers(-10, 2**60)
+    | st.floats(allow_nan=False)
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=3)
+    | st.sampled_from(["0.5", "-1", "1e3", "12", " 7", "Infinity", "NaN", ""])
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=2)
+        | st.dictionaries(st.sampled_from(["ai_usd", "cost", "x"]), inner, max_size=2)
+    ),
+    max_leaves=4,
+)
+COSTS = st.dictionaries(st.sampled_from(["ai_usd", "proxy_usd", "total_usd", "other"]), VALUES)
+
+
 @given(
     st.fixed_dictionaries(
-        {
-            "metrics": st.fixed_dictionaries(
-                {
-                    "duration_ms": st.integers(-10, 2**60)
-                    | st.floats(allow_nan=False)
-                    | st.booleans()
-                    | st.text(max_size=3),
-                    "cost": st.dictionaries(
-                        st.sampled_from(["ai_usd", "proxy_usd", "total_usd"]),
-                        st.floats(allow_nan=False) | st.integers(-5, 2**60) | st.none(),
-                    ),
-                }
-            )
-        }
+        {"metrics": st.fixed_dictionaries({"duration_ms": VALUES, "cost": COSTS | VALUES})}
     )
+    | st.fixed_dictionaries({"metrics": VALUES})
     | st.lists(st.integers(), max_size=2)
-    | st.none()
+    | VALUES
 )
-def test_numbers_pulled_out_in_sql_decode_as_the_whole_document_does(document: object) -> None:
-    text = json.dumps(document) if document is not None else None
+def test_values_pulled_out_in_sql_decode_as_the_whole_document_does(document: object) -> None:
+    text = json.dumps(document)
     via_sql = decode_figures(figures_as_sql_pulls_them(document, PATHS))
     assert via_sql == decode_result(text, PATHS)
+
+
+def test_a_string_holding_a_number_is_malformed_either_way() -> None:
+    document = {"metrics": {"duration_ms": "1500", "cost": {"ai_usd": "0.5", "total_usd": 1}}}
+    via_sql = decode_figures(figures_as_sql_pulls_them(document, PATHS))
+    assert via_sql == decode_result(json.dumps(document), PATHS)
+    assert set(via_sql.malformed) == {"duration_ms", "ai_usd", "proxy_usd"}
+    assert via_sql.cost == {"other": 1.0}
