@@ -116,6 +116,14 @@ def build_parser() -> argparse.ArgumentParser:
         default="rules",
         help="a Prometheus rule file, or a Prometheus Operator PrometheusRule resource",
     )
+    rules.add_argument(
+        "--prometheusrule.label",
+        dest="prometheusrule_labels",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a label of the PrometheusRule resource, for the ruleSelector of your Prometheus "
+        "(repeatable; default release=kube-prometheus-stack)",
+    )
     groups: dict[str, argparse._ArgumentGroup] = {}
     for key, setting in SETTINGS.items():
         group = groups.get(setting.section)
@@ -196,12 +204,15 @@ def _check_config(path: str) -> int:
     return EXIT_OK
 
 
-def _render_rules(settings: Settings, fmt: str, output: str | None) -> int:
+def _render_rules(
+    settings: Settings, fmt: str, output: str | None, labels: dict[str, str] | None
+) -> int:
     from exporter.rules import render_prometheus_rule, render_rules
 
-    text = (
-        render_rules(settings.alerts) if fmt == "rules" else render_prometheus_rule(settings.alerts)
-    )
+    if fmt == "rules":
+        text = render_rules(settings.alerts)
+    else:
+        text = render_prometheus_rule(settings.alerts, labels=labels)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -231,9 +242,27 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if namespace.config_check is not None:
         return _check_config(namespace.config_check)
     command: str = namespace.command
-    if command != "render-rules" and (namespace.output is not None or namespace.format != "rules"):
-        _write(sys.stderr, f"{PROG}: error: --output and --format belong to render-rules")
+    rule_flags = (namespace.output, namespace.prometheusrule_labels)
+    if command != "render-rules" and (rule_flags != (None, None) or namespace.format != "rules"):
+        _write(
+            sys.stderr,
+            f"{PROG}: error: --output, --format and --prometheusrule.label belong to render-rules",
+        )
         return EXIT_USAGE
+    labels = None
+    if namespace.prometheusrule_labels is not None:
+        from exporter.rules import parse_rule_labels
+
+        if namespace.format != "prometheusrule":
+            _write(
+                sys.stderr, f"{PROG}: error: --prometheusrule.label needs --format prometheusrule"
+            )
+            return EXIT_USAGE
+        try:
+            labels = parse_rule_labels(namespace.prometheusrule_labels)
+        except ValueError as exc:
+            _write(sys.stderr, f"{PROG}: error: --prometheusrule.label: {exc}")
+            return EXIT_USAGE
 
     try:
         settings = settings_from_namespace(namespace, env)
@@ -243,7 +272,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     setup_logging(settings.log.level, settings.log.format, settings.passwords)
     if command == "render-rules":
-        return _render_rules(settings, namespace.format, namespace.output)
+        return _render_rules(settings, namespace.format, namespace.output, labels)
     from exporter.demo import run_demo
     from exporter.service import run
     from exporter.web.validate import WebConfigError

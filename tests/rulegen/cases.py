@@ -396,11 +396,12 @@ def slo_cases() -> list[Case]:
             silent_at=("15m",),
         ),
         Case(
-            "JobQueueErrorBudgetBurn stays silent at 2.5% failures and on low volume",
+            "JobQueueErrorBudgetBurn stays silent at 0.9% failures and on low volume",
             "JobQueueErrorBudgetBurn",
             [
-                s(fail, "0+0.25x300", job_type="crawl", reason="error"),
-                s(done, "0+9.75x300", job_type="crawl"),
+                # Below 1x: even the 3d/6h ticket stays shut (2.5% sustained opens it).
+                s(fail, "0+0.09x300", job_type="crawl", reason="error"),
+                s(done, "0+9.91x300", job_type="crawl"),
                 s(fail, "0+0.0625x300", job_type="rare", reason="error"),
             ],
             silent_at=("30m", "2h"),
@@ -420,10 +421,10 @@ def slo_cases() -> list[Case]:
             silent_at=("1m",),
         ),
         Case(
-            "JobQueueWaitBudgetBurn stays silent when 2.5% of the jobs wait over 5m",
+            "JobQueueWaitBudgetBurn stays silent when 0.9% of the jobs wait over 5m",
             "JobQueueWaitBudgetBurn",
             [
-                s(bucket, "0+9.75x300", job_type="crawl", le="300.0"),
+                s(bucket, "0+9.91x300", job_type="crawl", le="300.0"),
                 s(bucket, "0+9.75x300", job_type="crawl", le="120.0"),
                 s(count, "0+10x300", job_type="crawl"),
             ],
@@ -558,6 +559,58 @@ def health_cases() -> list[Case]:
     ]
 
 
+def _two_deployments(q1_up: str) -> list[tuple[str, str]]:
+    """One scrape job, two exporter deployments: pod a serves q1, pod b serves q2."""
+    ns = {"namespace": "team-a"}
+    return [
+        ('up{job="jobqueue-exporter", namespace="team-a", instance="a"}', "1x20 0x40"),
+        ('up{job="jobqueue-exporter", namespace="team-a", instance="b"}', "1x60"),
+        s("jobqueue_up", q1_up, **ns),
+        s("jobqueue_up", "1x60", queue="q2", instance="b", **ns),
+    ]
+
+
+def metrics_absent_cases() -> list[Case]:
+    # Pod a stops being scraped at 10m30s: its up turns 0 and q1's jobqueue_up goes stale.
+    dead = _two_deployments("1x20 stale")
+    return [
+        Case(
+            "JobQueueMetricsAbsent fires 5m after the pod of q1 vanishes while q2's pod is up",
+            "JobQueueMetricsAbsent",
+            dead,
+            fire_at="15m30s",
+            value=21,  # samples of q1's jobqueue_up in the last hour
+            labels=lab(namespace="team-a"),
+            silent_at=("15m",),
+        ),
+        # The gap it closes: neither blinding alert sees the dead pod.
+        Case(
+            "JobQueueExporterDown stays silent when the other deployment of the job is up",
+            "JobQueueExporterDown",
+            dead,
+            silent_at=("16m", "30m"),
+        ),
+        Case(
+            "JobQueueDatabaseUnreachable stays silent when q1 has no jobqueue_up at all",
+            "JobQueueDatabaseUnreachable",
+            dead,
+            silent_at=("16m", "30m"),
+        ),
+        Case(
+            "JobQueueMetricsAbsent stays silent over a rollout and on a database outage",
+            "JobQueueMetricsAbsent",
+            [
+                # q1 moves from pod a to pod c (another instance, same queue) within a minute;
+                # q3's exporter reports 0: its database is down, the series is there.
+                *_two_deployments("1x20 stale"),
+                s("jobqueue_up", "_x21 1x40", instance="c", namespace="team-a"),
+                s("jobqueue_up", "1x4 0x60", queue="q3"),
+            ],
+            silent_at=("16m", "30m"),
+        ),
+    ]
+
+
 def new_type_cases() -> list[Case]:
     cost = "jobqueue_cost_usd_total"
     return [
@@ -589,6 +642,7 @@ def all_cases() -> list[Case]:
         *counter_cases(),
         *slo_cases(),
         *health_cases(),
+        *metrics_absent_cases(),
         *new_type_cases(),
         *burn_branch_cases(),
         *more_progress_cases(),
@@ -607,7 +661,7 @@ def r(metric: str, values: str, **labels: str) -> tuple[str, str]:
 
 def _burns(slo: str, job_type: str, **windows: float) -> list[tuple[str, str]]:
     out = []
-    for window in ("5m", "30m", "1h", "2h", "6h", "1d"):
+    for window in ("5m", "30m", "1h", "2h", "6h", "1d", "3d"):
         value = windows.get("w" + window, 0.0)
         out.append(r(f"slo:jobqueue_{slo}_errors:burn_rate{window}", f"{value!r}x40",
                      job_type=job_type))  # fmt: skip
@@ -626,6 +680,7 @@ def burn_branch_cases() -> list[Case]:
             ("critical", "1h", "5m", 14.4, "2m"),
             ("critical", "6h", "30m", 6.0, "2m"),
             ("warning", "1d", "2h", 3.0, "15m"),
+            ("warning", "3d", "6h", 1.0, "15m"),
         ):
             above = factor * 1.25
             fire = "16m" if for_ == "15m" else "3m"
