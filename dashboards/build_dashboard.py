@@ -190,7 +190,8 @@ def health_row() -> list[dict[str, Any]]:
             "stat",
             "Database reachable",
             "Whether each exporter replica's last collection from the queue's database "
-            "succeeded (jobqueue_up). Down means every queue number below is stale or missing.",
+            "succeeded (jobqueue_up). Down means every queue number below is stale or missing; "
+            "no value at all for a queue means its exporter is gone (JobQueueMetricsAbsent).",
             "none",
             [target(f"jobqueue_up{{{E}}}", "{{instance}}")],
             width=4,
@@ -204,7 +205,7 @@ def health_row() -> list[dict[str, Any]]:
                 }
             ],
             thresholds=steps(("red", None), ("green", 1)),
-            links=runbook("JobQueueDatabaseUnreachable"),
+            links=runbook("JobQueueDatabaseUnreachable", "JobQueueMetricsAbsent"),
         ),
         panel(
             "stat",

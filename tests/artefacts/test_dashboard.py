@@ -35,6 +35,7 @@ ALERT_NAMES = (
     "JobQueueDeadLetterGrowing",
     "JobQueueDatabaseUnreachable",
     "JobQueueExporterDown",
+    "JobQueueMetricsAbsent",
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
     "JobQueueErrorBudgetBurn",

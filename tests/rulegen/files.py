@@ -8,6 +8,7 @@ from pathlib import Path
 from exporter.rules import render_rules
 from exporter.settings import AlertSettings
 from tests.rulegen import render_cases
+from tests.rulegen.baselines import baseline_cases
 from tests.rulegen.cases import all_cases
 from tests.rulegen.scenarios import scenarios, weekly_scenarios
 from tests.rulegen.weekly import budget_cases, weekly_cases
@@ -33,6 +34,7 @@ def generated() -> dict[Path, str]:
         TESTS / "alerts.yml": render_cases(all_cases(), HEADER),
         TESTS / "weekly.yml": render_cases(weekly_cases(), HEADER, evaluation_interval="5m"),
         TESTS / "scenarios.yml": render_cases(scenarios(), HEADER),
+        TESTS / "baselines.yml": render_cases(baseline_cases(), HEADER, evaluation_interval="30m"),
         TESTS / "scenarios_weekly.yml": render_cases(
             weekly_scenarios(), HEADER, evaluation_interval="5m"
         ),
