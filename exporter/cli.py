@@ -242,12 +242,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if namespace.config_check is not None:
         return _check_config(namespace.config_check)
     command: str = namespace.command
-    rule_flags = (namespace.output, namespace.prometheusrule_labels)
-    if command != "render-rules" and (rule_flags != (None, None) or namespace.format != "rules"):
-        _write(
-            sys.stderr,
-            f"{PROG}: error: --output, --format and --prometheusrule.label belong to render-rules",
-        )
+    if command != "render-rules" and (namespace.output is not None or namespace.format != "rules"):
+        _write(sys.stderr, f"{PROG}: error: --output and --format belong to render-rules")
+        return EXIT_USAGE
+    if command != "render-rules" and namespace.prometheusrule_labels is not None:
+        _write(sys.stderr, f"{PROG}: error: --prometheusrule.label belongs to render-rules")
         return EXIT_USAGE
     labels = None
     if namespace.prometheusrule_labels is not None:

@@ -314,6 +314,8 @@ def test_render_rules_command_sets_the_prometheusrule_labels(
     assert "--prometheusrule.label: 'no-equals' is not KEY=VALUE" in capsys.readouterr().err
     assert main(["render-rules", *labels], {}) == 2
     assert "needs --format prometheusrule" in capsys.readouterr().err
+    assert main(labels, {}) == 2
+    assert "--prometheusrule.label belongs to render-rules" in capsys.readouterr().err
 
 
 def test_prometheusrule_namespace_is_optional() -> None:
