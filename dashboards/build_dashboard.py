@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from exporter.rules.slo import ATTEMPT_TARGET
+
 OUTPUT = Path(__file__).with_name("jobqueue.json")
 UID = "jobqueue-exporter"
 TITLE = "Job queue / Overview"
@@ -29,8 +31,12 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Queue metrics carry job_type, exporter metrics do not; both carry job and queue.
 Q = 'job=~"$job", queue=~"$queue", instance=~"$instance", job_type=~"$job_type"'
 E = 'job=~"$job", queue=~"$queue", instance=~"$instance"'
-# The default SLO target of alerts.slo_success_target: its error budget.
-ERROR_BUDGET = 0.01
+# Recorded series have no instance label: the empty value matches too.
+R = 'job=~"$job", queue=~"$queue", instance=~"$instance|", job_type=~"$job_type"'
+# Each job type's success target, recorded by the rules from the same settings as the burn
+# rates (alerts.slo_success_target and its per-type overrides), so panel and alert agree.
+SUCCESS_TARGET = f"max by (job_type) ({ATTEMPT_TARGET}{{{R}}})"
+ERROR_BUDGET = f"(1 - {SUCCESS_TARGET})"
 
 
 def dedup(expr: str) -> str:
@@ -184,7 +190,8 @@ def health_row() -> list[dict[str, Any]]:
             "stat",
             "Database reachable",
             "Whether each exporter replica's last collection from the queue's database "
-            "succeeded (jobqueue_up). Down means every queue number below is stale or missing.",
+            "succeeded (jobqueue_up). Down means every queue number below is stale or missing; "
+            "no value at all for a queue means its exporter is gone (JobQueueMetricsAbsent).",
             "none",
             [target(f"jobqueue_up{{{E}}}", "{{instance}}")],
             width=4,
@@ -198,7 +205,7 @@ def health_row() -> list[dict[str, Any]]:
                 }
             ],
             thresholds=steps(("red", None), ("green", 1)),
-            links=runbook("JobQueueDatabaseUnreachable"),
+            links=runbook("JobQueueDatabaseUnreachable", "JobQueueMetricsAbsent"),
         ),
         panel(
             "stat",
@@ -596,6 +603,7 @@ def types_row() -> list[dict[str, Any]]:
         (ready, "ready"),
         (f"max by (job_type) (jobqueue_oldest_ready_wait_seconds{{{Q}}})", "oldest wait s"),
         (failure_ratio("1h"), "failure ratio 1h"),
+        (SUCCESS_TARGET, "SLO target"),
         (f"{failure_ratio('1h')} / {ERROR_BUDGET}", "SLO burn 1h"),
         (sum_by("job_type", f"increase(jobqueue_cost_usd_total{{{Q}}}[1h])"), "USD 1h"),
         (quantile(0.95, "jobqueue_job_wait_seconds", "job_type"), "p95 wait s"),
@@ -605,8 +613,9 @@ def types_row() -> list[dict[str, Any]]:
             "table",
             "Job types",
             "One row per job type: runnable pending jobs, the oldest runnable wait, the share "
-            "of failed attempts and its SLO burn rate over the last hour (1 = exactly on the "
-            "99 % success target), the last hour's cost and the p95 wait.",
+            "of failed attempts over the last hour, the type's success target (recorded by the "
+            "rules, overrides included) and the burn rate of its budget (1 = exactly on "
+            "target), the last hour's cost and the p95 wait.",
             "short",
             [target(expr, legend, instant=True) for expr, legend in columns],
             width=12,
@@ -615,9 +624,9 @@ def types_row() -> list[dict[str, Any]]:
         panel(
             "timeseries",
             "SLO burn rate by job type (1h)",
-            "Failed share of attempts over the last hour divided by the error budget of the "
-            "99 % success SLO: above 14.4 with the 5m burn also high, JobQueueErrorBudgetBurn "
-            "pages.",
+            "Failed share of attempts over the last hour divided by the job type's error budget "
+            "(1 - its recorded success target): above 14.4 with the 5m burn also high, "
+            "JobQueueErrorBudgetBurn pages.",
             "short",
             [target(f"{failure_ratio('1h')} / {ERROR_BUDGET}", "{{job_type}}")],
             width=6,
@@ -627,7 +636,8 @@ def types_row() -> list[dict[str, Any]]:
         panel(
             "bargauge",
             "Error budget left (1d)",
-            "Share of the last day's error budget (1 % of attempts may fail) not spent yet, "
+            "Share of the last day's error budget (1 - the type's recorded success target) "
+            "not spent yet, "
             "per job type; 0 means the day's budget is gone.",
             "percentunit",
             [

@@ -96,12 +96,15 @@ def _check_config(path: str) -> int:
     return EXIT_OK
 
 
-def _render_rules(settings: Settings, fmt: str, output: str | None) -> int:
+def _render_rules(
+    settings: Settings, fmt: str, output: str | None, labels: dict[str, str] | None
+) -> int:
     from exporter.rules import render_prometheus_rule, render_rules
 
-    text = (
-        render_rules(settings.alerts) if fmt == "rules" else render_prometheus_rule(settings.alerts)
-    )
+    if fmt == "rules":
+        text = render_rules(settings.alerts)
+    else:
+        text = render_prometheus_rule(settings.alerts, labels=labels)
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -179,6 +182,20 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if getattr(namespace, "config_check", None) is not None:
         return _check_config(namespace.config_check)
     command: str = namespace.command
+    labels = None
+    if getattr(namespace, "prometheusrule_labels", None) is not None:
+        from exporter.rules import parse_rule_labels
+
+        if namespace.format != "prometheusrule":
+            _write(
+                sys.stderr, f"{PROG}: error: --prometheusrule.label needs --format prometheusrule"
+            )
+            return EXIT_USAGE
+        try:
+            labels = parse_rule_labels(namespace.prometheusrule_labels)
+        except ValueError as exc:
+            _write(sys.stderr, f"{PROG}: error: --prometheusrule.label: {exc}")
+            return EXIT_USAGE
 
     try:
         settings = settings_from_namespace(namespace, env)
@@ -188,7 +205,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     setup_logging(settings.log.level, settings.log.format, settings.passwords)
     if command == RENDER_RULES:
-        return _render_rules(settings, namespace.format, namespace.output)
+        return _render_rules(settings, namespace.format, namespace.output, labels)
     if command == INDEXES:
         return _print_indexes(settings)
     from exporter.demo import demo_queue, run_demo

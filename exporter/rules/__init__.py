@@ -19,13 +19,21 @@ from exporter.rules.promql import (
     selector_labels,
 )
 from exporter.rules.recording import recording_rules
-from exporter.rules.render import render_prometheus_rule, render_rules, rule_groups
+from exporter.rules.render import (
+    DEFAULT_RULE_LABELS,
+    parse_rule_labels,
+    render_prometheus_rule,
+    render_rules,
+    rule_groups,
+)
 
 __all__ = [
     "BLINDING_ALERTS",
+    "DEFAULT_RULE_LABELS",
     "HEALTH_ALERTS",
     "alerting_rules",
     "format_duration",
+    "parse_rule_labels",
     "recording_rules",
     "render_prometheus_rule",
     "render_rules",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.rules.promql import number
+from exporter.rules.promql import JOB, JOB_TYPE, QUEUE, VALUE_USD, number
 from exporter.settings import AlertSettings
 
 HOURLY = "job_type:jobqueue_cost_usd:increase1h"
@@ -24,9 +24,7 @@ UNIT_LAST_WEEK = "job_type:jobqueue_cost_per_job_usd:ratio1h_avg1d_offset1w"
 ENQUEUED_LAST_WEEK = "job_type:jobqueue_jobs_enqueued:increase1h_offset1w"
 WEEK_HOURS = 168
 
-JOB_TYPE = "{{ $labels.job_type }}"
-QUEUE = "{{ $labels.queue }}"
-USD = '{{ $value | printf "%.2f" }}'
+USD = VALUE_USD
 
 
 def _week(n: int) -> str:
@@ -99,4 +97,22 @@ def cost_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             f"over the last hour, more than {n(a.unit_cost_factor)} times last week's daily "
             f"mean (at least {n(a.unit_cost_min_jobs)} jobs an hour).",
         },
+    ]
+
+
+def budget_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
+    """JobQueueCostBudgetExceeded, only when an hourly budget is configured."""
+    budget = alerts.cost_budget_usd_per_hour
+    if budget is None:
+        return []
+    return [
+        {
+            "name": "JobQueueCostBudgetExceeded",
+            "expr": f"job:jobqueue_cost_usd:increase1h > {number(budget)}",
+            "for_": alerts.cost_budget_for,
+            "severity": "critical",
+            "summary": "Spend in the last hour is above the configured hourly budget.",
+            "description": f"Jobs of queue {QUEUE} in {JOB} cost {USD} USD in the last "
+            f"hour; the budget is {number(budget)} USD per hour.",
+        }
     ]

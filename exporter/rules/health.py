@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.rules.promql import DEDUP, Builder, format_duration, number, selector_labels
+from exporter.rules.promql import (
+    DEDUP,
+    JOB,
+    QUEUE,
+    VALUE_RATIO,
+    Builder,
+    format_duration,
+    number,
+    selector_labels,
+)
 from exporter.settings import AlertSettings
-
-JOB = "{{ $labels.job }}"
-QUEUE = "{{ $labels.queue }}"
-VALUE_RATIO = "{{ $value | humanizePercentage }}"
+from exporter.vocabulary import OTHER
 
 
 def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
@@ -30,6 +36,8 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
         else "queue alerts are inhibited."
     )
     up = b.sel("up")
+    jobqueue_up = b.sel("jobqueue_up")
+    aw = d(a.metrics_absent_window)
     ew = d(a.collection_error_window)
     errors = b.total(f"rate({b.sel('jobqueue_exporter_collection_errors_total')}[{ew}])", "reason")
     attempts = b.total(f"rate({b.sel('jobqueue_exporter_collections_total')}[{ew}])")
@@ -71,6 +79,22 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             "labels": selector_labels(a.selector),
         },
         {
+            "name": "JobQueueMetricsAbsent",
+            # Pods of one job serving different queues: up of the live pod hides the dead one
+            # from ExporterDown, and the dead pod's queue has no jobqueue_up at all (not a 0)
+            # for DatabaseUnreachable. Pods are dropped on both sides, so a rollout's old pod
+            # does not count as a missing queue.
+            "expr": f"{DEDUP} (count_over_time({jobqueue_up}[{aw}])) > 0\n"
+            "unless on(job, namespace, queue)\n"
+            f"{jobqueue_up}",
+            "for_": a.metrics_absent_for,
+            "severity": "critical",
+            "summary": "A queue's metrics are gone: its exporter vanished or is not scraped.",
+            "description": f"Queue {QUEUE} in {JOB} reported jobqueue_up within the last {aw} "
+            f"but has reported nothing for {d(a.metrics_absent_for)}, while other targets of "
+            f"the job are up; {held}",
+        },
+        {
             "name": "JobQueueCollectionSlow",
             "expr": f"{DEDUP} (\n  {duration}\n  /\n  {timeout}\n) > {n(a.collection_slow_ratio)}",
             "for_": a.collection_slow_for,
@@ -94,9 +118,9 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             "expr": f"{DEDUP} ({b.gap(b.sel('jobqueue_exporter_job_types_folded'))}) > 0",
             "for_": a.label_cap_for,
             "severity": "info",
-            "summary": 'Job types beyond the label cap are folded into job_type="other".',
+            "summary": f'Job types beyond the label cap are folded into job_type="{OTHER}".',
             "description": f"{{{{ $value }}}} job types of queue {QUEUE} in {JOB} are folded into "
-            'job_type="other": their alerts and panels are merged; raise the label cap or name '
+            f'job_type="{OTHER}": their alerts and panels are merged; raise the label cap or name '
             "the job types.",
         },
     ]

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 
 from exporter.settings import AlertSettings
+from exporter.vocabulary import DEADLINE, LEASE_EXPIRED, Status
 
 COMPONENT = "jobqueue"
 RECORDING_GROUP = "jobqueue-exporter.rules"
@@ -17,11 +18,32 @@ DEDUP = "max without(instance, pod)"
 # a new pod over a rollout are disjoint parts of one count; their sum is the truth (max would
 # keep only one pod's part).
 SUM = "sum without(instance, pod)"
-PENDING = 'status="pending"'
-NOT_REAPED = 'reason!="lease_expired"'
+
+# Go-template fragments of the descriptions (Prometheus expands them per alert).
+JOB_TYPE = "{{ $labels.job_type }}"
+JOB = "{{ $labels.job }}"
+QUEUE = "{{ $labels.queue }}"
+VALUE_COUNT = '{{ $value | printf "%.0f" }}'
+VALUE_RATE = '{{ $value | printf "%.1f" }}'
+VALUE_USD = '{{ $value | printf "%.2f" }}'
+VALUE_DURATION = "{{ $value | humanizeDuration }}"
+VALUE_RATIO = "{{ $value | humanizePercentage }}"
+
+
+def matcher(label: str, value: str, op: str = "=") -> str:
+    """One label matcher, ``label op "value"``, with the value from exporter.vocabulary."""
+    return f'{label}{op}"{value}"'
+
+
+PENDING = matcher("status", Status.PENDING.label)
+RUNNING = matcher("status", Status.RUNNING.label)
+DEAD = matcher("status", Status.DEAD.label)
+REAPED = matcher("reason", LEASE_EXPIRED)
+NOT_REAPED = matcher("reason", LEASE_EXPIRED, "!=")
+DEADLINE_KILL = matcher("reason", DEADLINE)
 
 # Alerts whose firing makes every other queue alert noise (see alerts/alertmanager.yml).
-BLINDING_ALERTS = ("JobQueueDatabaseUnreachable", "JobQueueExporterDown")
+BLINDING_ALERTS = ("JobQueueDatabaseUnreachable", "JobQueueExporterDown", "JobQueueMetricsAbsent")
 # Alerts on the exporter's own health: they read series that stay while the database is
 # away, so they need no keep_firing_for:. Every other alert reads the queue's gauges or
 # counters, which the exporter withdraws after collect.staleness_limit; keep_firing_for:

@@ -5,15 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.rules.promql import (
-    DEDUP,
-    PENDING,
-    Builder,
-)
+from exporter.rules.promql import DEADLINE_KILL, DEDUP, PENDING, REAPED, RUNNING, Builder
 from exporter.settings import AlertSettings
 
-RUNNING = 'status="running"'
-EXPIRED = 'reason="lease_expired"'
 COMPLETED = "jobqueue_jobs_completed_total"
 
 
@@ -37,7 +31,7 @@ def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
         ")"
     )
     running = f"max without(instance, pod, status) ({b.sel('jobqueue_jobs', RUNNING)})"
-    expired = f"max without(instance, pod, reason) ({b.sel('jobqueue_stuck_jobs', EXPIRED)})"
+    expired = f"max without(instance, pod, reason) ({b.sel('jobqueue_stuck_jobs', REAPED)})"
     # A job type without an expired-lease series has none: subtract 0.
     leased = f"{running}\n-\n(\n  {expired}\n  or\n  {running} * 0\n)"
     duration_mean = (
@@ -113,7 +107,7 @@ def recording_rules(alerts: AlertSettings) -> list[dict[str, Any]]:
         rec(
             "job:jobqueue_job_failures_deadline:increase1h",
             "sum without(job_type, reason) "
-            '(job_type:jobqueue_job_failures:increase1h{reason="deadline"})',
+            f"(job_type:jobqueue_job_failures:increase1h{{{DEADLINE_KILL}}})",
         ),
         rec(
             "job:jobqueue_stuck_jobs:sum",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
@@ -18,6 +20,13 @@ from exporter.rules.promql import (
 from exporter.rules.recording import recording_rules
 from exporter.rules.slo import slo_recording_rules
 from exporter.settings import AlertSettings
+from exporter.vocabulary import PROJECT
+
+# kube-prometheus-stack's default ruleSelector matches its Helm release label; other release
+# names need --prometheusrule.label release=<name>.
+DEFAULT_RULE_LABELS = {"release": "kube-prometheus-stack"}
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+_LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 
 
 def rule_groups(alerts: AlertSettings) -> list[dict[str, Any]]:
@@ -60,19 +69,47 @@ def render_rules(alerts: AlertSettings) -> str:
     return HEADER + _dump({"groups": rule_groups(alerts)})
 
 
+def parse_rule_labels(values: Sequence[str]) -> dict[str, str]:
+    """``KEY=VALUE`` texts as Kubernetes labels; ValueError names the first malformed one."""
+    labels: dict[str, str] = {}
+    for text in values:
+        key, sep, value = text.partition("=")
+        prefix, _, name = key.rpartition("/")
+        valid = (
+            sep
+            and _LABEL_NAME.fullmatch(name)
+            and (not prefix or _LABEL_PREFIX.fullmatch(prefix))
+            and (not value or _LABEL_NAME.fullmatch(value))
+        )
+        if not valid:
+            raise ValueError(
+                f"{text!r} is not KEY=VALUE with a Kubernetes label key and value "
+                "(alphanumerics, '-', '_', '.', at most 63 characters; the key may have a "
+                "DNS prefix and '/')"
+            )
+        labels[key] = value
+    return labels
+
+
 def render_prometheus_rule(
-    alerts: AlertSettings, name: str = "jobqueue-exporter", namespace: str | None = None
+    alerts: AlertSettings,
+    name: str = PROJECT,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> str:
-    """The same rule groups wrapped in a Prometheus Operator ``PrometheusRule`` resource."""
+    """The same rule groups wrapped in a Prometheus Operator ``PrometheusRule`` resource.
+
+    ``labels`` (default ``release: kube-prometheus-stack``) are added to the resource's own
+    labels: the Prometheus' ruleSelector must match them.
+    """
     metadata: dict[str, Any] = {"name": name}
     if namespace is not None:
         metadata["namespace"] = namespace
     metadata["labels"] = {
-        "app.kubernetes.io/name": "jobqueue-exporter",
+        "app.kubernetes.io/name": PROJECT,
         "app.kubernetes.io/component": "alerting-rules",
         "app.kubernetes.io/part-of": "jobqueue",
-        # kube-prometheus-stack's default ruleSelector matches the Helm release label.
-        "release": "kube-prometheus-stack",
+        **(DEFAULT_RULE_LABELS if labels is None else labels),
     }
     document = {
         "apiVersion": "monitoring.coreos.com/v1",

@@ -9,47 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from exporter.settings.kinds import Kind
+from exporter.settings.rendering import RenderSettings
 from exporter.settings.spec import setting
-from exporter.vocabulary import DASHBOARD_URL, RUNBOOK_BASE_URL
 
 
 @dataclass(frozen=True)
-class AlertSettings:
+class AlertSettings(RenderSettings):
     """Thresholds and ``for:`` durations of the shipped alert rules."""
 
-    selector: str = setting(
-        Kind.STRING,
-        'job="jobqueue-exporter"',
-        "Label selector added to every rule expression, matching the exporter's scrape job.",
-    )
-    runbook_base_url: str = setting(
-        Kind.STRING,
-        RUNBOOK_BASE_URL,
-        "Base URL of the runbooks; each runbook_url is this plus `#` and the lowercased alert "
-        "name.",
-    )
-    dashboard_url: str = setting(
-        Kind.STRING,
-        DASHBOARD_URL,
-        "URL of the Grafana dashboard; each alert's dashboard_url is this plus the alert's "
-        "namespace, job, queue and job_type as dashboard variables.",
-    )
-    evaluation_interval: float = setting(
-        Kind.DURATION,
-        30.0,
-        "Evaluation interval of the rendered rule groups.",
-    )
-    baseline_evaluation_interval: float = setting(
-        Kind.DURATION,
-        300.0,
-        "Evaluation interval of the group that records the slow week-old baselines.",
-    )
-    gap_window: float = setting(
-        Kind.DURATION,
-        300.0,
-        "Gauge alerts read max_over_time/min_over_time over this window, so a failed scrape "
-        "or a withdrawn gauge does not restart their `for:`.",
-    )
     stuck_for: float = setting(
         Kind.DURATION,
         300.0,
@@ -361,6 +328,18 @@ class AlertSettings:
         300.0,
         "`for:` of JobQueueExporterDown.",
     )
+    metrics_absent_window: float = setting(
+        Kind.DURATION,
+        3600.0,
+        "A queue that reported `jobqueue_up` within this window and reports nothing now "
+        "raises JobQueueMetricsAbsent (its exporter vanished while another pod of the job is "
+        "up).",
+    )
+    metrics_absent_for: float = setting(
+        Kind.DURATION,
+        300.0,
+        "`for:` of JobQueueMetricsAbsent.",
+    )
     collection_slow_ratio: float = setting(
         Kind.RATIO,
         0.8,
@@ -386,15 +365,16 @@ class AlertSettings:
         None,
         "`keep_firing_for:` of every queue alert (not of the exporter-health alerts), so it "
         "does not resolve while the exporter withdraws its gauges during an outage; null: the "
-        "longer of `database_unreachable_for` and `exporter_down_for` plus 2m (7m); 0 leaves the "
-        "field out (Prometheus < 2.42).",
+        "longest of `database_unreachable_for`, `exporter_down_for` and `metrics_absent_for` "
+        "plus 2m (7m); 0 leaves the field out (Prometheus < 2.42).",
         optional=True,
     )
 
     @property
     def effective_keep_firing_for(self) -> float:
-        """keep_firing_for: of the queue alerts; unset, the longer blinding for: plus 2m."""
+        """keep_firing_for: of the queue alerts; unset, the longest blinding for: plus 2m."""
         if self.keep_firing_for is not None:
             return self.keep_firing_for
         # Two minutes cover the evaluation and scrape intervals on both sides of the gap.
-        return max(self.database_unreachable_for, self.exporter_down_for) + 120.0
+        blinding = (self.database_unreachable_for, self.exporter_down_for, self.metrics_absent_for)
+        return max(blinding) + 120.0

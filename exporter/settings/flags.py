@@ -160,6 +160,14 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
             help="A Prometheus rule file, or a Prometheus Operator PrometheusRule. "
             f"One of: {', '.join(RULE_FORMATS)}. Default: {RULE_FORMATS[0]}.",
         )
+        parser.add_argument(
+            "--prometheusrule.label",
+            dest="prometheusrule_labels",
+            action="append",
+            metavar="KEY=VALUE",
+            help="A label of the PrometheusRule, for your Prometheus' ruleSelector; repeatable. "
+            "Default: release=kube-prometheus-stack.",
+        )
     else:
         parser.add_argument(
             "--config.check",

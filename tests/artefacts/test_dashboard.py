@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import re
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests import dashboard_checks as checks
 
@@ -33,6 +35,7 @@ ALERT_NAMES = (
     "JobQueueDeadLetterGrowing",
     "JobQueueDatabaseUnreachable",
     "JobQueueExporterDown",
+    "JobQueueMetricsAbsent",
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
     "JobQueueErrorBudgetBurn",
@@ -350,6 +353,72 @@ def test_every_query_parses_in_promtool(dashboard: dict[str, Any], tmp_path: Pat
 def test_promtool_check_rejects_a_broken_query(tmp_path: Path) -> None:
     result = run_promtool_check(["sum by (job_type (rate(x[1m]))"], tmp_path)
     assert result.returncode != 0
+
+
+def test_slo_panels_divide_by_each_job_types_recorded_target(
+    dashboard: dict[str, Any], tmp_path: Path
+) -> None:
+    """On rules rendered with an override, each type's burn and target are its own."""
+    from exporter.rules import render_rules
+    from exporter.settings import AlertSettings
+
+    settings = dataclasses.replace(AlertSettings(), slo_success_target_by_job_type={"report": 0.9})
+    (tmp_path / "rules.yml").write_text(render_rules(settings))
+    exprs = {
+        (panel["title"], target.get("legendFormat")): target["expr"]
+        for panel, target in targets(dashboard)
+    }
+    burn = exprs[("SLO burn rate by job type (1h)", "{{job_type}}")]
+    target = exprs[("Job types", "SLO target")]
+    for expr in (burn, target, exprs[("Error budget left (1d)", "{{job_type}}")]):
+        assert "slo:jobqueue_attempt_success:target" in expr
+        assert "0.01" not in expr
+        assert "0.99" not in expr
+    base = 'job="jobqueue-exporter", instance="a", queue="q1"'
+    series = []
+    # 2 % of crawl's attempts fail (budget 1 %), 5 % of report's (its own budget 10 %).
+    for job_type, failed, completed in (("crawl", 1, 49), ("report", 1, 19)):
+        labels = f'{base}, job_type="{job_type}"'
+        series += [
+            {
+                "series": f'jobqueue_job_failures_total{{{labels}, reason="error"}}',
+                "values": f"0+{failed}x240",
+            },
+            {
+                "series": f"jobqueue_jobs_completed_total{{{labels}}}",
+                "values": f"0+{completed}x240",
+            },
+        ]
+
+    def expect(expr: str, crawl: float, report: float) -> dict[str, Any]:
+        return {
+            "expr": f"round({checks.substitute(expr)}, 0.001)",
+            "eval_time": "90m",
+            "exp_samples": [
+                {"labels": '{job_type="crawl"}', "value": crawl},
+                {"labels": '{job_type="report"}', "value": report},
+            ],
+        }
+
+    test = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "30s",
+        "tests": [
+            {
+                "interval": "30s",
+                "input_series": series,
+                "promql_expr_test": [expect(burn, 2, 0.5), expect(target, 0.99, 0.9)],
+            }
+        ],
+    }
+    (tmp_path / "test.yml").write_text(yaml.safe_dump(test, sort_keys=False))
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (Debian package prometheus)"
+    result = subprocess.run(
+        [promtool, "test", "rules", "test.yml"],
+        capture_output=True, text=True, timeout=300, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_panels_doc_lists_every_panel_and_its_empty_when_healthy_flag(

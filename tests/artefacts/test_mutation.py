@@ -4,13 +4,15 @@ Each mutant changes one token of one alerting or baseline rule: a comparison ope
 threshold (doubled or halved), an ``offset`` (dropped), an aggregation or ``*_over_time``
 function, a set operator, or a range window (halved). For each mutant promtool runs the
 generated test cases of the alerts that read the mutated rule (a baseline rule: the alerts
-that read it), in parallel. The suite must kill at least 95 % of the mutants; survivors are
-printed. Long scenario files (a fortnight of history) are left to the suite's own run.
+that read it), in parallel, on the rules cut down to what those alerts read.
 
-Issue 15 asks for 95 %; the suite kills 79 % today (212 of 268). MIN_SCORE is that floor, so a
-weaker suite fails here; the survivors printed are the work left (mostly equivalent mutants:
-sum/max over non-negative counts compared with 0, halved windows over steady rates, and the
-week-old baselines, whose fortnight scenarios are too slow to run per mutant).
+The week-old baselines are checked on recorded inputs (alerts/tests/baselines.yml: the hourly
+series they read, fed directly every 30 minutes, and each baseline's value compared with a
+model), and the cost alerts' comparisons on recorded rates and baselines (alerts.yml), so they
+run per mutant in seconds; the fortnight scenarios of raw counters (scenarios_weekly.yml) are
+left to the suite's own run. Mutants that cannot change any outcome are listed in EQUIVALENT
+with the reason, left out of the score and checked to still exist. Issue 23 asks for 90 %;
+MIN_SCORE is the score reached, so a weaker suite fails here; survivors are printed.
 """
 
 from __future__ import annotations
@@ -31,9 +33,33 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "alerts" / "jobqueue.rules.yml"
-TEST_FILES = [ROOT / "alerts" / "tests" / n for n in ("alerts.yml", "weekly.yml", "scenarios.yml")]
+TEST_FILES = [
+    ROOT / "alerts" / "tests" / n
+    for n in ("alerts.yml", "weekly.yml", "scenarios.yml", "baselines.yml")
+]
 MUTATED_GROUPS = ("jobqueue-exporter.alerts", "jobqueue-exporter.baselines")
-MIN_SCORE = 0.79  # issue 15's target: 0.95
+# 96.1 % (269 of 280) reached; issue 23 asked for 90 %, issue 15 for 95 %.
+MIN_SCORE = 0.96
+
+# Mutants that cannot change any outcome, left out of the score: (rule, old, new, offset).
+# The test below fails when one of them no longer exists, so the list follows the rules.
+EQUIVALENT = {
+    # count_over_time() is at least 1 wherever it has a series.
+    ("JobQueueMetricsAbsent", ">", ">=", 86): "count_over_time >= 1 whenever present",
+    # A sum of positive sample counts is > 0 exactly when their max is; $value is unused.
+    ("JobQueueMetricsAbsent", "max without(", "sum without(", 0): "sum > 0 iff max > 0",
+    # up is 0 or 1: the sum over targets is 0 exactly when the max is, and $value is 0.
+    ("JobQueueExporterDown", "max without(", "sum without(", 0): "up in {0, 1}",
+    # Increases are >= 0, so "> 0" and "== 0" hold for the sum over pods exactly when they
+    # hold for the max; these terms are unless/and operands whose value is never shown.
+    ("JobQueueNoProgress", "sum without(", "max without(", 63): "increase > 0: sum iff max",
+    ("JobQueueNoProgress", "sum without(", "max without(", 173): "increase > 0: sum iff max",
+    ("JobQueueProducersStopped", "sum without(", "max without(", 0): "increase == 0: sum iff max",
+    # The `failed * 0` fallback of a type with no completion series is 0 however it sums.
+    ("JobQueueHighFailureRatio", "sum without(", "max without(", 322): "multiplied by 0",
+    ("JobQueueHighFailureRatio", "sum without(", "max without(", 659): "multiplied by 0",
+    ("JobQueueWorkerCrashStorm", "sum without(", "max without(", 349): "multiplied by 0",
+}
 
 pytestmark = pytest.mark.slow
 
@@ -64,6 +90,11 @@ class Mutant:
 
     def describe(self) -> str:
         return f"{self.name}: {self.old.strip()!r} -> {self.new.strip()!r} at {self.start}"
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        """The mutant as EQUIVALENT names it."""
+        return (self.name, self.old.strip(), self.new.strip(), self.start)
 
 
 def _duration(text: str) -> int:
@@ -190,10 +221,15 @@ def test_mutation_operators_edit_one_token() -> None:
     assert {"min_over_time(", "[2m30s]", "", " >= ", "1200", "300", "\nor\n", " != ", "1"} <= edits
 
 
+def test_every_listed_equivalent_mutant_exists() -> None:
+    keys = {m.key for m in all_mutants()}
+    assert set(EQUIVALENT) <= keys, set(EQUIVALENT) - keys
+
+
 def test_suite_kills_single_token_mutants(tmp_path: Path) -> None:
     assert shutil.which("promtool"), "promtool is not installed"
     by_alert = _tests_by_alert()
-    mutants = all_mutants()
+    mutants = [m for m in all_mutants() if m.key not in EQUIVALENT]
     assert len(mutants) > 100
     jobs = []
     for mutant in mutants:
@@ -222,7 +258,10 @@ def test_suite_kills_single_token_mutants(tmp_path: Path) -> None:
         killed = list(pool.map(lambda job: _run_mutant(*job, tmp_path), jobs))
     survivors = [m.describe() for m, k in zip(mutants, killed, strict=True) if not k]
     score = 1 - len(survivors) / len(mutants)
-    print(f"\nmutation score {score:.1%}: {len(mutants) - len(survivors)} of {len(mutants)} killed")
+    print(
+        f"\nmutation score {score:.1%}: {len(mutants) - len(survivors)} of {len(mutants)} killed "
+        f"({len(EQUIVALENT)} equivalent mutants left out)"
+    )
     for survivor in survivors:
         print(f"  survived: {survivor}")
     assert score >= MIN_SCORE, "\n".join(survivors)

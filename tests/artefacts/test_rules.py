@@ -18,6 +18,7 @@ import yaml
 from exporter.metrics import exposed_metric_names
 from exporter.rules import (
     format_duration,
+    parse_rule_labels,
     render_prometheus_rule,
     render_rules,
     rule_groups,
@@ -31,7 +32,7 @@ RULES_FILE = ROOT / "alerts" / "jobqueue.rules.yml"
 PROMETHEUS_RULE_FILE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))
 BUDGET_TEST = ROOT / "alerts" / "tests" / "budget" / "cost_budget.yml"
-BUDGET_RULES_FILE = ROOT / "alerts" / "jobqueue-budget.rules.yml"
+BUDGET_RULES_FILE = ROOT / "alerts" / "tests" / "budget" / "rules" / "jobqueue-budget.rules.yml"
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 BUDGET_SETTINGS = dataclasses.replace(AlertSettings(), cost_budget_usd_per_hour=50.0)
 
@@ -59,6 +60,7 @@ EXPECTED_ALERTS = {
     "JobQueueDeadLetterGrowing",
     "JobQueueDatabaseUnreachable",
     "JobQueueExporterDown",
+    "JobQueueMetricsAbsent",
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
 }
@@ -111,6 +113,42 @@ def test_promtool_suite_passes_standalone_with_the_documented_glob() -> None:
             assert result.returncode == 0, f"{test.name}: {output}"
             assert "FAILED" not in output
             assert "no file match" not in output
+
+
+def _check_loaded_together(files: list[Path], directory: Path) -> subprocess.CompletedProcess[str]:
+    """promtool's duplicate-rule lint over the groups of ``files`` as Prometheus loads them.
+
+    Prometheus loads a glob's files side by side, so a record or alert name with the same
+    labels in two files is evaluated twice ("duplicate sample for timestamp"); promtool looks
+    for duplicates within one file, so the groups are merged into one first.
+    """
+    groups = []
+    for path in files:
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            groups.append({**group, "name": f"{path.name}/{group['name']}"})
+    merged = directory / "together.rules.yml"
+    merged.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return _run(
+        _promtool(), "check", "rules", "--lint=duplicate-rules", "--lint-fatal", str(merged)
+    )
+
+
+def test_every_rule_file_of_the_alerts_glob_loads_with_the_others(tmp_path: Path) -> None:
+    shipped = sorted((ROOT / "alerts").glob("*.rules.yml"))
+    assert RULES_FILE in shipped
+    assert BUDGET_RULES_FILE not in shipped
+    result = _check_loaded_together(shipped, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_loading_the_budget_fixture_beside_the_shipped_rules_is_a_duplicate(
+    tmp_path: Path,
+) -> None:
+    """The check fails on the old layout, where the budget fixture sat in alerts/."""
+    result = _check_loaded_together([RULES_FILE, BUDGET_RULES_FILE], tmp_path)
+    assert result.returncode != 0
+    assert "duplicate rule(s) found" in result.stdout + result.stderr
+    assert "job:jobqueue_up:max" in result.stdout + result.stderr
 
 
 def test_budget_rendering_passes_promtool_lint() -> None:
@@ -233,6 +271,51 @@ def test_committed_prometheusrule_is_the_rendering_of_the_defaults() -> None:
     assert document["apiVersion"] == "monitoring.coreos.com/v1"
     assert document["kind"] == "PrometheusRule"
     assert document["spec"]["groups"] == yaml.safe_load(RULES_FILE.read_text())["groups"]
+
+
+def test_prometheusrule_labels_replace_the_release_default() -> None:
+    default = yaml.safe_load(render_prometheus_rule(AlertSettings()))["metadata"]["labels"]
+    assert default["release"] == "kube-prometheus-stack"
+    labels = parse_rule_labels(["release=monitoring", "example.com/team=data-eng"])
+    chosen = yaml.safe_load(render_prometheus_rule(AlertSettings(), labels=labels))
+    assert chosen["metadata"]["labels"] == {
+        "app.kubernetes.io/name": "jobqueue-exporter",
+        "app.kubernetes.io/component": "alerting-rules",
+        "app.kubernetes.io/part-of": "jobqueue",
+        "release": "monitoring",
+        "example.com/team": "data-eng",
+    }
+
+
+@pytest.mark.parametrize("text", ["release", "bad key=x", "release=a b", "-x=1", "k=" + "v" * 64])
+def test_prometheusrule_label_rejects_what_kubernetes_would(text: str) -> None:
+    with pytest.raises(ValueError, match="KEY=VALUE"):
+        parse_rule_labels([text])
+
+
+def test_render_rules_command_sets_the_prometheusrule_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from exporter.cli import main
+
+    output = tmp_path / "rule.yaml"
+    argv = ["render-rules", "--format", "prometheusrule", "--output", str(output)]
+    labels = ["--prometheusrule.label", "release=prom", "--prometheusrule.label", "tier=ops"]
+    assert main([*argv, *labels], {}) == 0
+    metadata = yaml.safe_load(output.read_text())["metadata"]
+    assert metadata["labels"]["release"] == "prom"
+    assert metadata["labels"]["tier"] == "ops"
+    assert main(argv, {}) == 0
+    assert yaml.safe_load(output.read_text())["metadata"]["labels"]["release"] == (
+        "kube-prometheus-stack"
+    )
+    capsys.readouterr()
+    assert main([*argv, "--prometheusrule.label", "no-equals"], {}) == 2
+    assert "--prometheusrule.label: 'no-equals' is not KEY=VALUE" in capsys.readouterr().err
+    assert main(["render-rules", *labels], {}) == 2
+    assert "needs --format prometheusrule" in capsys.readouterr().err
+    assert main(labels, {}) == 2
+    assert "--prometheusrule.label is a flag of render-rules, not of run" in capsys.readouterr().err
 
 
 def test_prometheusrule_namespace_is_optional() -> None:

@@ -45,6 +45,8 @@ class Case:
     silent_at: tuple[str, ...] = ()  # eval times at which the alert must not fire
     interval: str = "30s"
     quiet_at: tuple[str, ...] = ()  # eval times at which no alert may carry queue="q2"
+    # (expression, eval time, its one sample's labels and value): recorded values checked
+    samples: tuple[tuple[str, str, str, float], ...] = ()
 
 
 def _go_float(value: float) -> str:
@@ -150,12 +152,16 @@ def render_cases(
             "input_series": [{"series": sel, "values": v} for sel, v in case.series],
             "alert_rule_test": checks,
         }
-        if case.quiet_at:
-            # The healthy queue next to the incident: not one alert, pending or firing.
-            test["promql_expr_test"] = [
-                {"expr": 'ALERTS{queue="q2"}', "eval_time": t, "exp_samples": []}
-                for t in case.quiet_at
-            ]
+        # The healthy queue next to the incident: not one alert, pending or firing.
+        exprs = [
+            {"expr": 'ALERTS{queue="q2"}', "eval_time": t, "exp_samples": []} for t in case.quiet_at
+        ]
+        exprs += [
+            {"expr": e, "eval_time": t, "exp_samples": [{"labels": labels, "value": v}]}
+            for e, t, labels, v in case.samples
+        ]
+        if exprs:
+            test["promql_expr_test"] = exprs
         tests.append(test)
     document = {
         "rule_files": [rules],

@@ -396,11 +396,12 @@ def slo_cases() -> list[Case]:
             silent_at=("15m",),
         ),
         Case(
-            "JobQueueErrorBudgetBurn stays silent at 2.5% failures and on low volume",
+            "JobQueueErrorBudgetBurn stays silent at 0.9% failures and on low volume",
             "JobQueueErrorBudgetBurn",
             [
-                s(fail, "0+0.25x300", job_type="crawl", reason="error"),
-                s(done, "0+9.75x300", job_type="crawl"),
+                # Below 1x: even the 3d/6h ticket stays shut (2.5% sustained opens it).
+                s(fail, "0+0.09x300", job_type="crawl", reason="error"),
+                s(done, "0+9.91x300", job_type="crawl"),
                 s(fail, "0+0.0625x300", job_type="rare", reason="error"),
             ],
             silent_at=("30m", "2h"),
@@ -420,10 +421,10 @@ def slo_cases() -> list[Case]:
             silent_at=("1m",),
         ),
         Case(
-            "JobQueueWaitBudgetBurn stays silent when 2.5% of the jobs wait over 5m",
+            "JobQueueWaitBudgetBurn stays silent when 0.9% of the jobs wait over 5m",
             "JobQueueWaitBudgetBurn",
             [
-                s(bucket, "0+9.75x300", job_type="crawl", le="300.0"),
+                s(bucket, "0+9.91x300", job_type="crawl", le="300.0"),
                 s(bucket, "0+9.75x300", job_type="crawl", le="120.0"),
                 s(count, "0+10x300", job_type="crawl"),
             ],
@@ -434,6 +435,8 @@ def slo_cases() -> list[Case]:
 
 def health_cases() -> list[Case]:
     up = "jobqueue_up"
+    # Folded now and then, with 3 minutes of failed scrapes: the gap window bridges both.
+    folded = "1 0 " * 25 + "stale _x5 " + "1 0 " * 50
     return [
         Case(
             "JobQueueDatabaseUnreachable fires when both pods report jobqueue_up 0 for 3m",
@@ -469,6 +472,15 @@ def health_cases() -> list[Case]:
             [
                 s("jobqueue_exporter_collections_total", "0+1x60"),
                 s("jobqueue_exporter_collection_errors_total", "0+0.25x60", reason="connection"),
+                # Both pods collect q3; pod a fails half its collections: a quarter of all.
+                s("jobqueue_exporter_collections_total", "0+1x60", queue="q3"),
+                s("jobqueue_exporter_collections_total", "0+1x60", queue="q3", instance="b"),
+                s(
+                    "jobqueue_exporter_collection_errors_total",
+                    "0+0.5x60",
+                    queue="q3",
+                    reason="connection",
+                ),
             ],
             silent_at=("10m", "25m"),
         ),
@@ -526,9 +538,17 @@ def health_cases() -> list[Case]:
             silent_at=("20m", "29m"),
         ),
         Case(
-            "JobQueueMissingIndex fires after an hour",
+            "JobQueueMissingIndex fires after an hour, once for two pods (value 1, not 2)",
             "JobQueueMissingIndex",
-            [s("jobqueue_exporter_missing_index", "1x150", index="job_exporter_dead_idx")],
+            [
+                s("jobqueue_exporter_missing_index", "1x150", index="job_exporter_dead_idx"),
+                s(
+                    "jobqueue_exporter_missing_index",
+                    "1x150",
+                    index="job_exporter_dead_idx",
+                    instance="b",
+                ),
+            ],
             fire_at="1h",
             value=1,
             labels=lab(index="job_exporter_dead_idx"),
@@ -541,9 +561,12 @@ def health_cases() -> list[Case]:
             silent_at=("1h10m",),
         ),
         Case(
-            "JobQueueLabelCapReached fires when job types are folded for an hour",
+            "JobQueueLabelCapReached fires when job types are folded for an hour (two pods: 1)",
             "JobQueueLabelCapReached",
-            [s("jobqueue_exporter_job_types_folded", "1 0 " * 25 + "stale _x5 " + "1 0 " * 50)],
+            [
+                s("jobqueue_exporter_job_types_folded", folded),
+                s("jobqueue_exporter_job_types_folded", folded, instance="b"),
+            ],
             fire_at="1h",
             value=1,
             labels=lab(),
@@ -554,6 +577,75 @@ def health_cases() -> list[Case]:
             "JobQueueLabelCapReached",
             [s("jobqueue_exporter_job_types_folded", "0x150")],
             silent_at=("1h10m",),
+        ),
+    ]
+
+
+def _two_deployments(q1_up: str) -> list[tuple[str, str]]:
+    """One scrape job, two exporter deployments: pod a serves q1, pod b serves q2."""
+    ns = {"namespace": "team-a"}
+    return [
+        ('up{job="jobqueue-exporter", namespace="team-a", instance="a"}', "1x20 0x120"),
+        ('up{job="jobqueue-exporter", namespace="team-a", instance="b"}', "1x140"),
+        s("jobqueue_up", q1_up, **ns),
+        s("jobqueue_up", "1x140", queue="q2", instance="b", **ns),
+    ]
+
+
+def metrics_absent_cases() -> list[Case]:
+    # Pod a stops being scraped at 10m30s: its up turns 0 and q1's jobqueue_up goes stale.
+    dead = _two_deployments("1x20 stale")
+    return [
+        Case(
+            "JobQueueMetricsAbsent fires 5m after the pod of q1 vanishes while q2's pod is up",
+            "JobQueueMetricsAbsent",
+            dead,
+            fire_at="15m30s",
+            value=21,  # samples of q1's jobqueue_up in the last hour
+            labels=lab(namespace="team-a"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueMetricsAbsent still fires 45m after the pod vanished (1h window)",
+            "JobQueueMetricsAbsent",
+            dead,
+            fire_at="55m",
+            value=21,
+            labels=lab(namespace="team-a"),
+        ),
+        Case(
+            "JobQueueMetricsAbsent fires for a queue seen in a single scrape",
+            "JobQueueMetricsAbsent",
+            _two_deployments("1 stale"),
+            fire_at="5m30s",
+            value=1,
+            labels=lab(namespace="team-a"),
+            silent_at=("5m",),
+        ),
+        # The gap it closes: neither blinding alert sees the dead pod.
+        Case(
+            "JobQueueExporterDown stays silent when the other deployment of the job is up",
+            "JobQueueExporterDown",
+            dead,
+            silent_at=("16m", "30m"),
+        ),
+        Case(
+            "JobQueueDatabaseUnreachable stays silent when q1 has no jobqueue_up at all",
+            "JobQueueDatabaseUnreachable",
+            dead,
+            silent_at=("16m", "30m"),
+        ),
+        Case(
+            "JobQueueMetricsAbsent stays silent over a rollout and on a database outage",
+            "JobQueueMetricsAbsent",
+            [
+                # q1 moves from pod a to pod c (another instance, same queue) within a minute;
+                # q3's exporter reports 0: its database is down, the series is there.
+                *_two_deployments("1x20 stale"),
+                s("jobqueue_up", "_x21 1x40", instance="c", namespace="team-a"),
+                s("jobqueue_up", "1x4 0x60", queue="q3"),
+            ],
+            silent_at=("16m", "30m"),
         ),
     ]
 
@@ -582,6 +674,131 @@ def new_type_cases() -> list[Case]:
     ]
 
 
+def recorded_cost_cases() -> list[Case]:
+    """The cost alerts on recorded inputs (rates, week-old baselines): each comparison on
+    its own boundary, without a week of raw history."""
+    spike = ("JobQueueCostSpike", "job_type:jobqueue_cost_usd_per_hour:rate30m",
+             "job_type:jobqueue_cost_usd_per_hour:rate5m",
+             "job_type:jobqueue_cost_usd:increase1h_seasonal")  # fmt: skip
+    _, rate30m, rate5m, seasonal = spike
+    near = []
+    # (type, seasonal, 30m rate, 5m rate): exactly 3x on 30m, exactly 3x on 5m, an excess of
+    # exactly 5 USD/h, and 2x on one rate with the other far above.
+    for job_type, base, slow, fast in (
+        ("at30m", 4.0, 12.0, 20.0),
+        ("at5m", 4.0, 20.0, 12.0),
+        ("floor", 2.0, 7.0, 7.0),
+        ("twice30m", 10.0, 20.0, 40.0),
+        ("twice5m", 10.0, 40.0, 20.0),
+    ):
+        near += [
+            r(seasonal, f"{base!r}x40", job_type=job_type),
+            r(rate30m, f"{slow!r}x40", job_type=job_type),
+            r(rate5m, f"{fast!r}x40", job_type=job_type),
+        ]
+    hourly = "job_type:jobqueue_cost_usd:increase1h"
+    last_week = "job_type:jobqueue_cost_usd:increase1h_max1d_offset1w"
+    return [
+        Case(
+            "JobQueueCostSpike fires on recorded rates 3.25x the seasonal baseline",
+            "JobQueueCostSpike",
+            [
+                r(seasonal, "4x40", job_type="hot"),
+                r(rate30m, "13x40", job_type="hot"),
+                r(rate5m, "13x40", job_type="hot"),
+            ],
+            fire_at="11m",
+            value=13,
+            labels=lab(job_type="hot"),
+            silent_at=("9m30s",),
+        ),
+        Case(
+            "JobQueueCostSpike stays silent on each comparison's boundary (recorded inputs)",
+            "JobQueueCostSpike",
+            near,
+            silent_at=("12m", "19m"),
+        ),
+        Case(
+            "JobQueueCostNewJobType fires when last week's spend was exactly 0",
+            "JobQueueCostNewJobType",
+            [r(hourly, "50x40", job_type="zero"), r(last_week, "0x40", job_type="zero")],
+            fire_at="16m",
+            value=50,
+            labels=lab(job_type="zero"),
+            silent_at=("14m30s",),
+        ),
+        Case(
+            "JobQueueCostNewJobType stays silent at exactly 20 USD per hour",
+            "JobQueueCostNewJobType",
+            [r(hourly, "20x40", job_type="twenty")],
+            silent_at=("16m", "19m"),
+        ),
+        Case(
+            "JobQueueUnitCostAnomaly fires at exactly the 20 jobs an hour it needs",
+            "JobQueueUnitCostAnomaly",
+            [
+                r("job_type:jobqueue_cost_per_job_usd:ratio1h", "3x80", job_type="crawl"),
+                r(
+                    "job_type:jobqueue_cost_per_job_usd:ratio1h_avg1d_offset1w",
+                    "1x80",
+                    job_type="crawl",
+                ),
+                r("job_type:jobqueue_jobs_completed:increase1h", "20x80", job_type="crawl"),
+            ],
+            fire_at="31m",
+            value=3,
+            labels=lab(job_type="crawl"),
+            silent_at=("29m30s",),
+        ),
+    ]
+
+
+def two_pod_counter_cases() -> list[Case]:
+    """Counters split over two pods and two reasons: only their sum crosses the threshold."""
+    fail = "jobqueue_job_failures_total"
+    done = "jobqueue_jobs_completed_total"
+    b = {"instance": "b", "pod": "b"}
+    return [
+        Case(
+            "JobQueueHighFailureRatio fires on 21 attempts an hour split over pods and reasons",
+            "JobQueueHighFailureRatio",
+            [
+                s(fail, "0+0.0525x200", job_type="split", reason="error"),
+                s(fail, "0+0.0525x200", job_type="split", reason="deadline"),
+                s(done, "0+0.035x200", job_type="split"),
+                s(done, "0+0.035x200", job_type="split", **b),
+            ],
+            fire_at="1h30m",
+            value=0.6,
+            labels=lab(job_type="split"),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm fires on reclaims split over two pods",
+            "JobQueueWorkerCrashStorm",
+            [
+                s(fail, "0+0.1x80", job_type="split", reason="lease_expired"),
+                s(fail, "0+0.1x80", job_type="split", reason="lease_expired", **b),
+                s(fail, "0+0.13333333333333333x80", job_type="split", reason="error"),
+                s(done, "0+0.16666666666666666x80", job_type="split"),
+                s(done, "0+0.16666666666666666x80", job_type="split", **b),
+            ],
+            fire_at="30m",
+            value=0.3,
+            labels=lab(job_type="split"),
+        ),
+        Case(
+            "JobQueueWorkerCrashStorm stays silent below a fifth with completions on two pods",
+            "JobQueueWorkerCrashStorm",
+            [
+                s(fail, "0+0.2x80", job_type="two", reason="lease_expired"),
+                s(done, "0+0.43333333333333335x80", job_type="two"),
+                s(done, "0+0.43333333333333335x80", job_type="two", **b),
+            ],
+            silent_at=("25m", "35m"),
+        ),
+    ]
+
+
 def all_cases() -> list[Case]:
     return [
         *gauge_cases(),
@@ -589,10 +806,13 @@ def all_cases() -> list[Case]:
         *counter_cases(),
         *slo_cases(),
         *health_cases(),
+        *metrics_absent_cases(),
         *new_type_cases(),
         *burn_branch_cases(),
         *more_progress_cases(),
         *deadline_step_cases(),
+        *recorded_cost_cases(),
+        *two_pod_counter_cases(),
     ]
 
 
@@ -607,7 +827,7 @@ def r(metric: str, values: str, **labels: str) -> tuple[str, str]:
 
 def _burns(slo: str, job_type: str, **windows: float) -> list[tuple[str, str]]:
     out = []
-    for window in ("5m", "30m", "1h", "2h", "6h", "1d"):
+    for window in ("5m", "30m", "1h", "2h", "6h", "1d", "3d"):
         value = windows.get("w" + window, 0.0)
         out.append(r(f"slo:jobqueue_{slo}_errors:burn_rate{window}", f"{value!r}x40",
                      job_type=job_type))  # fmt: skip
@@ -626,6 +846,7 @@ def burn_branch_cases() -> list[Case]:
             ("critical", "1h", "5m", 14.4, "2m"),
             ("critical", "6h", "30m", 6.0, "2m"),
             ("warning", "1d", "2h", 3.0, "15m"),
+            ("warning", "3d", "6h", 1.0, "15m"),
         ):
             above = factor * 1.25
             fire = "16m" if for_ == "15m" else "3m"
@@ -683,6 +904,7 @@ def more_progress_cases() -> list[Case]:
                 s(ready, "0 1 " * 20, job_type="one", status="running"),
                 s("jobqueue_stuck_jobs", "0 1 " * 20, job_type="one", reason="lease_expired"),
                 s(done, "0x40", job_type="one"),
+                s("jobqueue_job_failures_total", "0x40", job_type="one", reason="error"),
             ],
             fire_at="5m",
             value=1,

@@ -8,6 +8,7 @@ from pathlib import Path
 from exporter.rules import render_rules
 from exporter.settings import AlertSettings
 from tests.rulegen import render_cases
+from tests.rulegen.baselines import baseline_cases
 from tests.rulegen.cases import all_cases
 from tests.rulegen.scenarios import scenarios, weekly_scenarios
 from tests.rulegen.weekly import budget_cases, weekly_cases
@@ -22,7 +23,9 @@ HEADER = (
 
 
 BUDGET_SETTINGS = dataclasses.replace(AlertSettings(), cost_budget_usd_per_hour=50.0)
-BUDGET_RULES = ROOT / "alerts" / "jobqueue-budget.rules.yml"
+# A fixture, not a shipped file: it repeats every shipped rule, so it stays out of the
+# alerts/*.rules.yml glob (and one level below alerts/tests/*/*.yml, the test-file glob).
+BUDGET_RULES = TESTS / "budget" / "rules" / "jobqueue-budget.rules.yml"
 
 
 def generated() -> dict[Path, str]:
@@ -31,6 +34,7 @@ def generated() -> dict[Path, str]:
         TESTS / "alerts.yml": render_cases(all_cases(), HEADER),
         TESTS / "weekly.yml": render_cases(weekly_cases(), HEADER, evaluation_interval="5m"),
         TESTS / "scenarios.yml": render_cases(scenarios(), HEADER),
+        TESTS / "baselines.yml": render_cases(baseline_cases(), HEADER, evaluation_interval="30m"),
         TESTS / "scenarios_weekly.yml": render_cases(
             weekly_scenarios(), HEADER, evaluation_interval="5m"
         ),
@@ -38,7 +42,7 @@ def generated() -> dict[Path, str]:
         TESTS / "budget" / "cost_budget.yml": render_cases(
             budget_cases(),
             HEADER + "# The rules rendered with alerts.cost_budget_usd_per_hour: 50.\n",
-            rules="../../jobqueue-budget.rules.yml",
+            rules="rules/jobqueue-budget.rules.yml",
             settings=BUDGET_SETTINGS,
         ),
     }

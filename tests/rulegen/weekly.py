@@ -24,6 +24,7 @@ def steady(per_step: float, steps: int, then: float | None = None, more: int = 0
 
 def weekly_cases() -> list[Case]:
     return [
+        *slow_burn_cases(),
         Case(
             "JobQueueCostSpike fires when a type steps from 3 to 12 USD per hour",
             "JobQueueCostSpike",
@@ -104,6 +105,46 @@ def weekly_cases() -> list[Case]:
             "JobQueueCostNewJobType",
             [s(COST, steady(0.5 / 12, WEEK + 12, 2.5, 36), job_type="old", component="ai")],
             silent_at=("169h", "171h"),
+            interval="5m",
+        ),
+    ]
+
+
+def creep(per_step: float, ratios: list[float]) -> tuple[str, str]:
+    """Failure and completion counters of ``per_step`` attempts, failing at ``ratios`` in turn."""
+    failed = completed = 0.0
+    fails, dones = ["0"], ["0"]
+    for ratio in ratios:
+        failed += per_step * ratio
+        completed += per_step * (1 - ratio)
+        fails.append(repr(round(failed, 6)))
+        dones.append(repr(round(completed, 6)))
+    return " ".join(fails), " ".join(dones)
+
+
+def slow_burn_cases() -> list[Case]:
+    """A day at 0.5 % failures, then a creep to 8 % over 12 hours (a 99 % SLO).
+
+    The page (6x over 6h and 30m) fires at 35h55m; before the 3d/6h window, the ticket
+    (3x over 1d and 2h) opened only at 38h15m, after the page. 1x over 3d and 6h opens it at
+    31h20m, four and a half hours before the page.
+    """
+    day, half_day = 288, 144  # 5-minute samples
+    ratios = [0.005] * day + [0.005 + 0.075 * (k + 1) / half_day for k in range(half_day)]
+    fails, dones = creep(100.0, ratios + [0.08] * 12)
+    return [
+        Case(
+            "JobQueueErrorBudgetBurn opens its ticket on a slow creep hours before the page",
+            "JobQueueErrorBudgetBurn",
+            [
+                s("jobqueue_job_failures_total", fails, job_type="crawl", reason="error"),
+                s(DONE, dones, job_type="crawl"),
+            ],
+            fire_at="31h20m",
+            value=1.0,
+            labels=lab(job_type="crawl"),
+            severities=("warning",),
+            silent_at=("31h15m",),
             interval="5m",
         ),
     ]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from exporter.rules import alerting_rules
+from exporter.rules import BLINDING_ALERTS, alerting_rules
 from exporter.settings import AlertSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,13 +194,13 @@ QUEUE_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("cause", ["JobQueueDatabaseUnreachable", "JobQueueExporterDown"])
+@pytest.mark.parametrize("cause", BLINDING_ALERTS)
 def test_blinding_alert_inhibits_every_queue_alert_of_its_job(
     alertmanager: str, cause: str
 ) -> None:
     source = _rule_labels(cause)
     job = source["job"] if cause == "JobQueueExporterDown" else f"db-{cause.lower()}"
-    if cause == "JobQueueDatabaseUnreachable":
+    if cause != "JobQueueExporterDown":
         source = {**source, "job": job}  # from the series, not static
     # The ExporterDown case uses exactly the rule's static labels: absent() has no others.
     _post(alertmanager, [source, *_queue_alerts(job)])
@@ -254,6 +254,28 @@ def test_critical_twin_inhibits_its_warning_twin(alertmanager: str) -> None:
     assert mail[0]["status"]["state"] == "active"
 
 
+def test_exporter_down_inhibits_metrics_absent_and_metrics_absent_pages_alone(
+    alertmanager: str,
+) -> None:
+    """A whole job down pages once (ExporterDown); one vanished pod of it pages per queue."""
+    down = {**_rule_labels("JobQueueExporterDown"), "namespace": "team-a"}
+    job = down["job"] + "-absent"
+    absent = {**_rule_labels("JobQueueMetricsAbsent"), "namespace": "team-a", "queue": "qa"}
+    _post(alertmanager, [{**down, "job": job}, {**absent, "job": job}])
+    expected = {
+        ("JobQueueExporterDown", "critical"): "active",
+        ("JobQueueMetricsAbsent", "critical"): "suppressed",
+    }
+    states = _states(alertmanager, job, expected)
+    assert {k: v["state"] for k, v in states.items()} == expected
+    alone = f"{job}-alone"
+    _post(alertmanager, [{**absent, "job": alone}])
+    states = _states(alertmanager, alone, {("JobQueueMetricsAbsent", "critical"): "active"})
+    assert {k: v["state"] for k, v in states.items()} == {
+        ("JobQueueMetricsAbsent", "critical"): "active"
+    }
+
+
 @pytest.mark.parametrize(
     ("source", "target"),
     [
@@ -299,11 +321,12 @@ def test_cause_inhibits_its_symptom_for_the_same_queue_and_job_type_only(
     assert states == expected
 
 
-def test_database_outage_of_one_queue_leaves_another_queue_of_the_job_alone(
-    alertmanager: str,
+@pytest.mark.parametrize("cause", ["JobQueueDatabaseUnreachable", "JobQueueMetricsAbsent"])
+def test_queue_outage_of_one_queue_leaves_another_queue_of_the_job_alone(
+    alertmanager: str, cause: str
 ) -> None:
-    job = "two-queues"
-    down = {**_rule_labels("JobQueueDatabaseUnreachable"), "job": job, "queue": "qa"}
+    job = f"two-queues-{cause.lower()}"
+    down = {**_rule_labels(cause), "job": job, "queue": "qa"}
     _post(
         alertmanager,
         [
@@ -332,7 +355,7 @@ def _stuck_states(
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("cause", ["JobQueueDatabaseUnreachable", "JobQueueExporterDown"])
+@pytest.mark.parametrize("cause", BLINDING_ALERTS)
 def test_a_blinding_alert_in_one_namespace_leaves_another_namespace_alone(
     alertmanager: str, cause: str
 ) -> None:
