@@ -40,6 +40,7 @@ from exporter.service import Service
 from exporter.settings import AlertSettings, QueueSettings, Settings
 from exporter.settings.schema import WebSettings
 from tests.dashboard_checks import DASHBOARD_PATH
+from tests.e2e_stack import PROMETHEUS_BINARY, Process, binary, stop_process
 
 JOB = "jobqueue-exporter"
 SCRAPE_INTERVAL = 15.0
@@ -47,62 +48,49 @@ OUTAGE_SECONDS = 120.0
 META = "preview-run.json"
 
 
-def prometheus(
-    data: Path, scrape_port: int | None, rules: str
-) -> tuple[subprocess.Popen[bytes], str]:
+def prometheus(data: Path, scrape_port: int | None, rules: str) -> Process:
     """Start Prometheus on data (scraping 127.0.0.1:scrape_port if given); wait until ready."""
     data.mkdir(parents=True, exist_ok=True)
     (data / "jobqueue.rules.yml").write_text(rules)
+    scrape = {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}]}
     config = {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL:g}s",
             "evaluation_interval": f"{AlertSettings().evaluation_interval:g}s",
         },
         "rule_files": [str(data / "jobqueue.rules.yml")],
-        "scrape_configs": [
-            {"job_name": JOB, "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}]}
-        ]
-        if scrape_port
-        else [],
+        "scrape_configs": [scrape] if scrape_port else [],
     }
     (data / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
-    log = (data / "prometheus.log").open("ab")
-    process = subprocess.Popen(
-        [
-            "prometheus",
-            f"--config.file={data / 'prometheus.yml'}",
-            f"--storage.tsdb.path={data / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=10y",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    log_path = data / "prometheus.log"
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            [
+                binary(PROMETHEUS_BINARY),
+                f"--config.file={data / 'prometheus.yml'}",
+                f"--storage.tsdb.path={data / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                # The kept data is the point: no retention may drop it before a re-render.
+                "--storage.tsdb.retention.time=10y",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    process = Process("prometheus", popen, f"http://127.0.0.1:{port}", log_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"prometheus exited; see {data / 'prometheus.log'}")
+        if popen.poll() is not None:
+            raise SystemExit(f"prometheus exited:\n{process.log_tail()}")
         with (
             contextlib.suppress(OSError),
-            urllib.request.urlopen(url + "/-/ready", timeout=2) as response,
+            urllib.request.urlopen(process.url + "/-/ready", timeout=2) as response,
         ):
             if response.status == 200:
-                return process, url
+                return process
         time.sleep(0.5)
-    process.terminate()
-    raise SystemExit(f"prometheus not ready after 60 s; see {data / 'prometheus.log'}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """TERM, then KILL after 30 s."""
-    process.terminate()
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    stop_process(process)
+    raise SystemExit(f"prometheus not ready after 60 s:\n{process.log_tail()}")
 
 
 def rules() -> str:
@@ -127,7 +115,7 @@ async def record(minutes: float, data: Path) -> None:
         fleet = Fleet(dsn, FleetConfig())
         await service.start()
         assert service.port is not None
-        prom, url = prometheus(data, service.port, rules())
+        prom = prometheus(data, service.port, rules())
         start = time.time()
         try:
             await fleet.start()
@@ -142,12 +130,10 @@ async def record(minutes: float, data: Path) -> None:
             await asyncio.sleep(max(0.0, total - outage_at - OUTAGE_SECONDS))
         finally:
             end = time.time()
-            (data / META).write_text(
-                json.dumps({"start": start, "end": end, "prometheus": url}) + "\n"
-            )
+            (data / META).write_text(json.dumps({"start": start, "end": end}) + "\n")
             await fleet.stop()
             await service.stop()
-            stop(prom)
+            stop_process(prom)
     finally:
         cluster.destroy()
     print(f"recorded {(end - start) / 60:.1f} min into {data}")
@@ -172,11 +158,11 @@ def missing_rules(text: str, present: set[str]) -> str | None:
 @contextlib.contextmanager
 def kept_prometheus(data: Path) -> Iterator[str]:
     """Prometheus serving the kept data, with no scrape and no rule of its own."""
-    process, url = prometheus(data, None, "groups: []\n")
+    process = prometheus(data, None, "groups: []\n")
     try:
-        yield url
+        yield process.url
     finally:
-        stop(process)
+        stop_process(process)
 
 
 def backfill(data: Path, start: float, end: float) -> None:
