@@ -6,10 +6,11 @@
 ``record`` runs a throwaway PostgreSQL, the simulated fleet (its errors, deadline kills, worker
 deaths, duplicates and malformed results included), the exporter with its default 15 s
 interval, and Prometheus scraping it every 15 s with the rendered rules; a third of the way
-from the end it stops the database for two minutes. ``render`` starts Prometheus on the kept
-data (no scraping), backfills any recording rule of today's ``render-rules`` that the run did
-not record (a dashboard built later may read a new recorded series), and draws
-dashboards/jobqueue.json's panels over the recorded span with render_preview.py.
+from the end it stops the database for two minutes. ``render`` starts Prometheus on a copy of
+the kept data (no scraping), backfills any recording rule of this checkout's rules that the run
+did not record (a dashboard built later may read a new recorded series; promtool evaluates
+each backfilled rule on the recorded data alone), and draws dashboards/jobqueue.json's panels
+over the recorded span with render_preview.py.
 """
 
 from __future__ import annotations
@@ -191,13 +192,20 @@ def backfill(data: Path, start: float, end: float) -> None:
 
 
 def render(data: Path, output: Path, dashboard: Path) -> None:
-    """Backfill what is missing, then draw the preview over the recorded span."""
+    """Backfill what is missing, then draw the preview over the recorded span.
+
+    Both happen on a copy of the data, so the kept run stays as recorded and each render
+    backfills from the rules of its own checkout.
+    """
     meta = json.loads((data / META).read_text())
-    backfill(data, meta["start"], meta["end"])
-    with kept_prometheus(data) as url:
-        counts = render_preview.render_preview(
-            url, meta["start"], meta["end"], output, SCRAPE_INTERVAL, dashboard
-        )
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "data"
+        shutil.copytree(data, copy, ignore=shutil.ignore_patterns("*.png", "*.log", "lock"))
+        backfill(copy, meta["start"], meta["end"])
+        with kept_prometheus(copy) as url:
+            counts = render_preview.render_preview(
+                url, meta["start"], meta["end"], output, SCRAPE_INTERVAL, dashboard
+            )
     for title, count in counts.items():
         print(f"{count}\t{title}")
     print(f"wrote {output} ({(meta['end'] - meta['start']) / 60:.1f} min)")
