@@ -49,7 +49,7 @@ OUTAGE_SECONDS = 120.0
 META = "preview-run.json"
 
 
-def prometheus(data: Path, scrape_port: int | None, rules: str) -> Process:
+def prometheus(data: Path, scrape_port: int | None, rules: str, *, admin: bool = False) -> Process:
     """Start Prometheus on data (scraping 127.0.0.1:scrape_port if given); wait until ready."""
     data.mkdir(parents=True, exist_ok=True)
     (data / "jobqueue.rules.yml").write_text(rules)
@@ -74,6 +74,7 @@ def prometheus(data: Path, scrape_port: int | None, rules: str) -> Process:
                 f"--web.listen-address=127.0.0.1:{port}",
                 # The kept data is the point: no retention may drop it before a re-render.
                 "--storage.tsdb.retention.time=10y",
+                *(["--web.enable-admin-api"] if admin else []),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -166,6 +167,25 @@ def kept_prometheus(data: Path) -> Iterator[str]:
         stop_process(process)
 
 
+def persist_head(data: Path) -> None:
+    """Turn the run's samples, still in the WAL, into a block (a TSDB snapshot).
+
+    Prometheus truncates its head below the newest block on start, so backfilled blocks over
+    the recorded span would drop every raw sample that only the WAL holds.
+    """
+    process = prometheus(data, None, "groups: []\n", admin=True)
+    try:
+        request = urllib.request.Request(process.url + "/api/v1/admin/tsdb/snapshot", method="POST")
+        with urllib.request.urlopen(request, timeout=120) as response:
+            name = json.load(response)["data"]["name"]
+    finally:
+        stop_process(process)
+    snapshot = data / "snapshot"
+    shutil.move(str(data / "tsdb" / "snapshots" / name), snapshot)
+    shutil.rmtree(data / "tsdb")
+    snapshot.rename(data / "tsdb")
+
+
 def backfill(data: Path, start: float, end: float) -> None:
     """Evaluate the recording rules the run did not record over [start, end] into the data."""
     with kept_prometheus(data) as url:
@@ -201,6 +221,7 @@ def render(data: Path, output: Path, dashboard: Path) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "data"
         shutil.copytree(data, copy, ignore=shutil.ignore_patterns("*.png", "*.log", "lock"))
+        persist_head(copy)
         backfill(copy, meta["start"], meta["end"])
         with kept_prometheus(copy) as url:
             counts = render_preview.render_preview(
