@@ -26,13 +26,13 @@ import aiohttp
 import asyncpg
 
 from bench.data import create_exporter_indexes, drop_exporter_indexes
+from exporter.counting.changefeed import FOREVER, NIL, ChangeFeed
+from exporter.counting.results import ResultPaths
 from exporter.db import APPLICATION_NAME, ConnectOptions, Database, load_queries
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
-from exporter.horizon import FOREVER, NIL, ChangeFeed
 from exporter.poller import DEAD_RECOUNT_EVERY
-from exporter.results import ResultPaths
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTER_INDEXES = (

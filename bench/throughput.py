@@ -4,9 +4,10 @@ pgbench drives enqueue, claim, renew and complete (one job per pgbench transacti
 its own transaction, ``synchronous_commit = off``) against a throwaway cluster, while the
 exporter runs as its own process at the given interval. Sampling its /metrics, this prints the
 rate reached, per-cycle collection time (median and max) and the slowest query, rows read
-against rows changed, tracked jobs, RSS, CPU, and whether the counters equal the table. With
-``--catch-up`` the exporter is stopped for a while under load and restarted, to time how long
-it takes to absorb the backlog. ``--exporter-root`` runs another checkout (the previous design).
+against rows changed, tracked jobs, RSS, CPU, whether the counters equal the table, and the
+exporter's share of the database's statement time (bench/statements.py: pg_stat_statements,
+the exporter under a role of its own). With ``--catch-up`` the exporter is stopped for a while
+under load and restarted, to time how long it takes to absorb the backlog. ``--exporter-root`` runs another checkout (the previous design).
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ import aiohttp
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench import statements
 from bench.data import Shape, build_table
 from bench.measure import ROOT, Process, unique_name, wait_ready
+from exporter.db import load_queries
 from exporter.demo.cluster import Cluster, free_port
 
 # One job's life, each step its own transaction, as the queue's own code runs them. The claim
@@ -174,6 +177,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
     dsn = cluster.dsn(name)
     cluster.psql(f"ALTER DATABASE {name} SET synchronous_commit = off")
     await build_table(dsn, Shape(args.rows))
+    statements.prepare_database(cluster, name)
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
@@ -184,7 +188,8 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
     finally:
         await conn.close()
     root = Path(args.exporter_root) if args.exporter_root else ROOT
-    exporter, port = start_exporter(dsn, args.interval, root)
+    # Under a role of its own, so pg_stat_statements tells its statements apart.
+    exporter, port = start_exporter(cluster.dsn(name, user=statements.ROLE), args.interval, root)
     samples = Samples()
     stop = asyncio.Event()
     result: dict[str, Any] = {"target_rate": rate, "rows": args.rows, "interval": args.interval}
@@ -196,6 +201,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
         t0 = await db_now(dsn)
         every = max(0.25, min(1.0, _seconds(args.interval) / 4))
         sampler = asyncio.create_task(sample_loop(port, exporter, every, samples, stop))
+        await statements.reset(dsn)
         cpu0, wall0 = exporter.cpu_seconds(), time.monotonic()
         bench = pgbench(dsn, rate, args.seconds, args.clients)
         if args.catch_up:
@@ -209,6 +215,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
             print(out[-3000:], file=sys.stderr)
         wall = time.monotonic() - wall0
         cpu = exporter.cpu_seconds() - cpu0
+        result["statements"] = await statements.share(dsn, load_queries("job"))
         rows1, done1 = await counts(dsn)
         # Let the exporter read what is left: two collections after its lag is small.
         async with aiohttp.ClientSession() as session:
@@ -304,6 +311,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     try:
         cluster.start()
+        statements.prepare_cluster(cluster)
         for text in args.rates.split(","):
             rate = None if text == "max" else float(text)
             print(f"bench throughput: {text} jobs/s ...", file=sys.stderr, flush=True)
@@ -321,6 +329,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "throughput.json").write_text(json.dumps(results, indent=2, default=str))
     print(render(results))
+    print(statements.render(results))
     for r in results:
         if "catch_up_s" in r:
             print(f"catch-up: down {r['catch_up_down_s']:.0f} s, caught up "

@@ -8,10 +8,11 @@ This is the only module that reads ``sys.argv`` and ``os.environ``. Exit codes: 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from typing import NoReturn, TextIO
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TextIO
 
 from exporter import __version__
 from exporter.logs import setup_logging
@@ -21,15 +22,25 @@ from exporter.settings import (
     DSN_FALLBACK_ENV,
     SETTINGS,
     ConfigError,
-    Kind,
+    QueueSettings,
     Settings,
     check_config_file,
     load_settings,
     redact_dsn,
 )
+from exporter.settings.flags import (
+    DEMO,
+    PROG,
+    RENDER_RULES,
+    ParserExit,
+    UsageError,
+    help_hint,
+    parse_command_line,
+)
+from exporter.settings.flags import build_parser as build_parser  # callers build it from here
+from exporter.settings.reference import format_duration
+from exporter.vocabulary import DEFAULT_PROFILE
 
-PROG = "jobqueue-exporter"
-COMMANDS = ("run", "demo", "render-rules")
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 MISSING_DSN = f"""\
@@ -39,118 +50,6 @@ database.dsn: no database to watch; give a PostgreSQL URL in one of these ways:
   {DSN_FALLBACK_ENV}=postgresql://user@host:5432/dbname
   database.dsn in the --config.file YAML
 (keep the password out of the DSN with --database.password-file)"""
-
-_METAVARS = {
-    Kind.STRING: "TEXT",
-    Kind.CHOICE: "WORD",
-    Kind.INTEGER: "N",
-    Kind.NUMBER: "NUMBER",
-    Kind.DURATION: "DURATION",
-    Kind.USD: "USD",
-    Kind.RATIO: "RATIO",
-    Kind.FILE: "FILE",
-    Kind.DSN: "URL",
-    Kind.TABLE: "TABLE",
-    Kind.NAME: "NAME",
-    Kind.JOB_TYPES: "N=NAME,...",
-    Kind.BY_JOB_TYPE: "TYPE=VALUE,...",
-    Kind.JSON_PATH: "KEY.KEY",
-    Kind.BUCKETS: "S,S,...",
-    Kind.LISTEN_ADDRESS: "HOST:PORT",
-    Kind.URL_PATH: "PATH",
-}
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser that raises instead of exiting, so main() returns its code."""
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            self._print_message(message, sys.stderr)
-        raise _Exit(status)
-
-
-class _Exit(Exception):
-    """argparse wanted to exit (after --help or a usage error) with this status."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser: Go-exporter style flags, one per setting, and the subcommand."""
-    parser = _Parser(
-        prog=PROG,
-        description="Prometheus exporter and alerting sidecar for a PostgreSQL job queue.",
-        epilog="Every flag can also be set in the config file or an environment variable; "
-        "see docs/configuration.md. Precedence: flag > environment > file > default.",
-        allow_abbrev=False,
-    )
-    parser.add_argument(
-        "command",
-        nargs="?",
-        choices=COMMANDS,
-        default="run",
-        help="run (default): serve metrics; demo: throwaway database and simulated workers; "
-        "render-rules: print the alert rules",
-    )
-    parser.add_argument("--version", action="store_true", help="print the version and exit")
-    parser.add_argument(
-        "--config.file",
-        dest="config_file",
-        metavar="FILE",
-        help=f"YAML configuration file (env {CONFIG_FILE_ENV})",
-    )
-    parser.add_argument(
-        "--config.check",
-        dest="config_check",
-        metavar="FILE",
-        help="validate FILE, print 'FILE: OK' or the errors, exit 0 or 1",
-    )
-    rules = parser.add_argument_group("render-rules")
-    rules.add_argument("--output", metavar="FILE", help="write the rules here (default stdout)")
-    rules.add_argument(
-        "--format",
-        choices=("rules", "prometheusrule"),
-        default="rules",
-        help="a Prometheus rule file, or a Prometheus Operator PrometheusRule resource",
-    )
-    groups: dict[str, argparse._ArgumentGroup] = {}
-    for key, setting in SETTINGS.items():
-        group = groups.get(setting.section)
-        if group is None:
-            group = groups[setting.section] = parser.add_argument_group(
-                f"{setting.section} settings"
-            )
-        help_text = f"{setting.spec.help} (env {setting.env})".replace("%", "%%")
-        if setting.kind is Kind.BOOLEAN:
-            group.add_argument(
-                setting.flag,
-                dest=key,
-                action=argparse.BooleanOptionalAction,
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        elif setting.kind is Kind.LISTEN_ADDRESS:
-            # Repeatable, like the Go exporters' --web.listen-address (IPv4 and IPv6 at once).
-            group.add_argument(
-                setting.flag,
-                dest=key,
-                action="append",
-                metavar=_METAVARS[setting.kind],
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-        else:
-            group.add_argument(
-                setting.flag,
-                dest=key,
-                metavar=_METAVARS[setting.kind],
-                default=argparse.SUPPRESS,
-                help=help_text,
-            )
-    return parser
 
 
 def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
@@ -215,25 +114,47 @@ def _render_rules(settings: Settings, fmt: str, output: str | None) -> int:
     return EXIT_OK
 
 
+def _table(queue: QueueSettings) -> str:
+    if queue.profile == DEFAULT_PROFILE:
+        return queue.database.table
+    from exporter.profiles import PRESETS
+
+    return PRESETS[queue.profile].table
+
+
+def log_start(queues: Iterable[QueueSettings]) -> None:
+    """Log which version starts, then one line per queue: what it reads and how often."""
+    log = logging.getLogger(__name__)
+    log.info("starting jobqueue-exporter", extra={"fields": {"version": __version__}})
+    for queue in queues:
+        fields = {
+            "queue": queue.name,
+            "profile": queue.profile,
+            "table": _table(queue),
+            "interval": format_duration(queue.collect.interval),
+            "leader_election": queue.collect.leader_election,
+        }
+        log.info("watching queue", extra={"fields": fields})
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Parse the command line and environment, run the chosen command, return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     env: Mapping[str, str] = os.environ if environ is None else environ
-    parser = build_parser()
     try:
-        namespace = parser.parse_args(args_list)
-    except _Exit as exc:
+        namespace = parse_command_line(args_list)
+    except ParserExit as exc:
         return exc.status
+    except UsageError as exc:
+        _write(sys.stderr, f"{PROG}: error: {exc}\n{help_hint(exc.command)}")
+        return EXIT_USAGE
 
     if namespace.version:
         _write(sys.stdout, f"{PROG} {__version__}")
         return EXIT_OK
-    if namespace.config_check is not None:
+    if getattr(namespace, "config_check", None) is not None:
         return _check_config(namespace.config_check)
     command: str = namespace.command
-    if command != "render-rules" and (namespace.output is not None or namespace.format != "rules"):
-        _write(sys.stderr, f"{PROG}: error: --output and --format belong to render-rules")
-        return EXIT_USAGE
 
     try:
         settings = settings_from_namespace(namespace, env)
@@ -242,14 +163,14 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return EXIT_USAGE
 
     setup_logging(settings.log.level, settings.log.format, settings.passwords)
-    if command == "render-rules":
+    if command == RENDER_RULES:
         return _render_rules(settings, namespace.format, namespace.output)
-    from exporter.demo import run_demo
+    from exporter.demo import demo_queue, run_demo
     from exporter.service import run
     from exporter.web.validate import WebConfigError
 
     missing = [queue.name for queue in settings.queues if queue.database.dsn is None]
-    if command != "demo" and missing:
+    if command != DEMO and missing:
         if len(settings.queues) > 1:
             named = ", ".join(missing)
             text = f"database.dsn: no DSN for queue {named}; set database.dsn in its entry of "
@@ -266,8 +187,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return settings_from_namespace(namespace, frozen_env)
 
     try:
-        if command == "demo":
+        if command == DEMO:
+            # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
+            log_start((demo_queue(settings, ""),))
             return run_demo(settings)
+        log_start(settings.queues)
         return run(settings, reload_settings, systemd_sockets(env))
     except WebConfigError as exc:
         _write(sys.stderr, f"{PROG}: web config error: {exc}")

@@ -320,6 +320,16 @@ class QueueView:
 
 
 @dataclass(frozen=True)
+class QueueStatus:
+    """One queue as the status page shows it."""
+
+    view: QueueView
+    ready: str | None  # None when ready, else why not
+    last_error: str | None  # the last failure, kept after recovery (the view's clears)
+    last_error_at: float | None  # Unix time, exporter clock
+
+
+@dataclass(frozen=True)
 class ConfigStatus:
     """How the last load of the configuration went: at start-up, then at each reload."""
 

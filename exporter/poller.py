@@ -15,12 +15,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from exporter.counting.changefeed import ChangeFeed
+from exporter.counting.results import ResultPaths
+from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.db import Database, DatabaseError
-from exporter.horizon import ChangeFeed
 from exporter.model import Health, JobTypeLabels, QueueView, Snapshot, Tallies
-from exporter.results import ResultPaths
 from exporter.settings import QueueSettings
-from exporter.tracker import Tracker, TrackerOptions
 from exporter.vocabulary import INDEX_FILE, REQUIRED_INDEXES
 
 log = logging.getLogger(__name__)

@@ -15,10 +15,9 @@ from dataclasses import replace
 from exporter.db import ConnectOptions, Database, LockSession
 from exporter.election import Election
 from exporter.logs import log_fields
-from exporter.model import Health, QueueView
+from exporter.model import Health, QueueStatus, QueueView
 from exporter.preset_poller import make_poller, watched_table
 from exporter.settings import Change, QueueSettings
-from exporter.web.status import QueueStatus
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from exporter.logs import reconfigure_logging
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.runtime import QueueRuntime
 from exporter.settings import (
     Change,
@@ -27,7 +27,6 @@ from exporter.settings import (
     redact_dsn,
 )
 from exporter.web.server import WebServer
-from exporter.web.status import QueueStatus
 from exporter.web.validate import WebConfigError
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.horizon import ChangeFeed, Horizon
+from exporter.counting.changefeed import ChangeFeed, Horizon
 from exporter.model import ActiveStats, Figures, JobRow, Snapshot
 from exporter.vocabulary import REQUIRED_INDEXES
 
@@ -155,7 +155,7 @@ class Database:
                 baseline = since is None
                 if feed is not None:
                     baseline = not feed.started
-                    # Autocommit, before the snapshot: see exporter/horizon.py for why.
+                    # Autocommit, before the snapshot: see exporter/counting/changefeed.py for why.
                     started = time.perf_counter()
                     feed.plan(Horizon.from_row(await conn.fetchrow(self.queries["horizon"])))
                     durations["horizon"] = time.perf_counter() - started
@@ -316,7 +316,12 @@ def translate(exc: BaseException) -> DatabaseError:
     if isinstance(
         exc, asyncpg.InvalidAuthorizationSpecificationError | asyncpg.InvalidPasswordError
     ):
+        # An unknown role lands here too (SQLSTATE 28000): the server refused the login.
         return DatabaseError("connection", f"authentication failed: {exc}")
+    if isinstance(exc, asyncpg.InvalidCatalogNameError):
+        # The DSN names a database the server does not have: the connection is what failed,
+        # and "query" would send the operator to the SQL instead of the DSN.
+        return DatabaseError("connection", f"connection failed: {exc}")
     if isinstance(exc, TimeoutError):
         return DatabaseError("timeout", "timed out waiting for the database")
     if isinstance(

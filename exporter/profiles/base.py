@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal
 
+from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.model import Histogram
 
-Row = Mapping[str, Any]
-Results = Mapping[str, Sequence[Row]]
+__all__ = ["PresetError", "Query", "Results", "Row"]
+
 Exactness = Literal["exact", "approximate", "not exported"]
 # Every preset reads its active jobs' gauges straight from the live table, so all are exact.
 EXACT_GAUGES: dict[str, Exactness] = dict.fromkeys(
@@ -37,26 +38,6 @@ UNKNOWN_REASON = "unknown"
 
 DURATION_BOUNDS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
 WAIT_BOUNDS = (0.01, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
-
-
-class PresetError(Exception):
-    """A preset cannot count exactly with what the database shows it (privileges, schema).
-
-    ``reason`` is the collection-error reason the exporter reports it under.
-    """
-
-    def __init__(self, message: str, reason: str = "schema") -> None:
-        super().__init__(message)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class Query:
-    """One named statement with its positional arguments ($1, $2, ...)."""
-
-    name: str
-    sql: str
-    args: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.profiles.base import (
     Query,
     Reading,
@@ -15,7 +16,6 @@ from exporter.profiles.base import (
     gauges_from,
     load_queries,
 )
-from exporter.profiles.horizon import Horizon, IdWatermark
 
 
 class EventLogReader(ABC):

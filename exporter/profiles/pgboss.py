@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, TxidSnapshot
 from exporter.profiles.base import (
     EXACT_GAUGES,
     UNKNOWN_REASON,
@@ -27,7 +28,6 @@ from exporter.profiles.base import (
     gauges_from,
     load_queries,
 )
-from exporter.profiles.horizon import TIMESTAMP_MARGIN, Horizon, TxidSnapshot
 
 PRESET = "pgboss"
 ACTIVE_STATES = frozenset({"created", "retry", "active"})

@@ -13,7 +13,8 @@ from exporter.settings.spec import Setting, specs_of
 _UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """A duration as the settings write it: ``15s``, ``1h30m``, ``500ms``."""
     millis = round(seconds * 1000)
     if millis == 0:
         return "0s"
@@ -27,21 +28,29 @@ def _duration(seconds: float) -> str:
     return "".join(out)
 
 
-def _default(setting: Setting) -> str:
+def default_text(setting: Setting) -> str | None:
+    """The default as a user would write it in a flag, or None when there is no value."""
     value = setting.default
-    if value is None:
-        return "null"
+    if value is None or value == {}:
+        return None
     if setting.kind is Kind.DURATION and isinstance(value, int | float):
-        return _duration(float(value))
+        return format_duration(float(value))
     if setting.kind is Kind.JSON_PATH and isinstance(value, tuple):
-        return "`" + ".".join(value) + "`"
+        return ".".join(value)
     if setting.kind in (Kind.BUCKETS, Kind.LISTEN_ADDRESS) and isinstance(value, tuple):
-        return "`" + ",".join(f"{v:g}" if isinstance(v, float | int) else v for v in value) + "`"
+        return ",".join(f"{v:g}" if isinstance(v, float | int) else v for v in value)
     if isinstance(value, bool):
-        return "`" + str(value).lower() + "`"
-    if isinstance(value, dict):
-        return "none" if not value else "`" + repr(value) + "`"
-    return f"`{value}`"
+        return str(value).lower()
+    return str(value)
+
+
+def _default(setting: Setting) -> str:
+    text = default_text(setting)
+    if text is not None and setting.kind is Kind.DURATION:
+        return text
+    if text is not None:
+        return f"`{text}`"
+    return "null" if setting.default is None else "none"
 
 
 def _kind(setting: Setting) -> str:

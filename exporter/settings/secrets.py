@@ -77,10 +77,48 @@ def dsn_without_password(dsn: str) -> str:
     return urllib.parse.urlunsplit(split._replace(netloc=netloc, query=query))
 
 
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_IPV6_HOST_RE = re.compile(r"\[[^\]]+\](?::(?P<port>.*))?")
+
+
+def _check_port(text: str, where: str) -> None:
+    # Never quote the text: in a mistyped DSN the "port" may be a piece of the password.
+    if not (text.isascii() and text.isdigit() and 1 <= int(text) <= 65535):
+        raise SecretError(f"{where} is not a number from 1 to 65535")
+
+
+def _check_hosts(hostlist: str, where: str) -> None:
+    """Each ``host[:port]`` of a comma-separated list, as asyncpg will split it at connect."""
+    several = "," in hostlist
+    for number, spec in enumerate(hostlist.split(","), start=1):
+        name = (f"host {number}" if several else "the host") + where
+        if not spec:
+            raise SecretError(f"{name} is empty")
+        if "@" in spec:
+            # asyncpg splits at the first '@': the rest of the password would be a host name.
+            raise SecretError(f"{name} holds an '@'; write '@' in a password as %40")
+        if spec.startswith("/"):
+            continue  # a Unix socket directory has no port
+        if spec.startswith("["):
+            match = _IPV6_HOST_RE.fullmatch(spec)
+            if match is None:
+                raise SecretError(f"{name} is not a valid [IPv6] address")
+            port = match["port"]
+        else:
+            port = spec.partition(":")[2] if ":" in spec else None
+        if port is not None:
+            _check_port(
+                urllib.parse.unquote(port),
+                f"the port of {name}" if several or where else "the port",
+            )
+
+
 def check_dsn(dsn: str) -> None:
-    """Raise SecretError (never echoing the DSN) unless it is a postgres URL asyncpg can use."""
+    """Raise SecretError (never echoing the DSN) unless asyncpg can connect with it as given:
+    a postgres URL with numeric ports and a known sslmode."""
     try:
         split = urllib.parse.urlsplit(dsn)
+        query = urllib.parse.parse_qs(split.query, strict_parsing=True) if split.query else {}
     except ValueError:
         raise SecretError("is not a valid URL") from None
     if split.scheme not in ("postgres", "postgresql"):
@@ -89,6 +127,17 @@ def check_dsn(dsn: str) -> None:
             "expected a URL such as postgresql://user@host:5432/dbname "
             "(postgres:// or postgresql://; key=value DSNs are not supported)"
         )
+    hostlist = split.netloc.partition("@")[2] if "@" in split.netloc else split.netloc
+    if hostlist:
+        _check_hosts(hostlist, "")
+    for port in query.get("port", [])[-1:]:
+        for number, part in enumerate(port.split(","), start=1):
+            _check_port(part, f"port {number} of ?port=")
+    for hosts in query.get("host", [])[-1:]:
+        _check_hosts(hosts, " of ?host=")
+    for mode in query.get("sslmode", [])[-1:]:
+        if mode.replace("_", "-") not in SSL_MODES:
+            raise SecretError(f"sslmode must be one of {', '.join(SSL_MODES)}")
 
 
 def inject_password(dsn: str, password: str) -> str:

@@ -92,9 +92,7 @@ def unauthorized() -> web.Response:
     )
 
 
-def auth_middleware(
-    watcher: WebConfigWatcher, exempt: tuple[str, ...] = ("/healthz",)
-) -> Middleware:
+def auth_middleware(watcher: WebConfigWatcher, exempt: tuple[str, ...]) -> Middleware:
     """Require basic auth on every route but the exempt ones, when users are configured."""
 
     @web.middleware

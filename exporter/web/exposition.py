@@ -18,9 +18,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from typing import Protocol
 
 from exporter.metrics import render
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.web.encoding import encode_all
-from exporter.web.status import QueueStatus
 
 # A rendering is reused until the next collection, so fifty concurrent scrapers cost one
 # rendering, not fifty; past this age it is renewed anyway (process_* metrics move).

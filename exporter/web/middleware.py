@@ -13,6 +13,9 @@ from exporter.web.watcher import WebConfigWatcher
 ALLOWED_METHODS = ("GET", "HEAD")
 # The one route that changes anything; its handler answers 403 unless lifecycle is enabled.
 RELOAD_PATH = "/-/reload"
+# Our paths first, then Prometheus' own spellings, which answer the same.
+HEALTHY_PATHS = ("/healthz", "/-/healthy")
+READY_PATHS = ("/readyz", "/-/ready")
 RELOAD_METHODS = ("POST", "PUT")
 
 # 8 KiB matches Go's net/http per-line expectations closely enough and is far above what a
@@ -80,7 +83,7 @@ def method_middleware(watcher: WebConfigWatcher) -> Middleware:
 
 
 def middlewares(
-    watcher: WebConfigWatcher, exempt: tuple[str, ...] = ("/healthz",)
+    watcher: WebConfigWatcher, exempt: tuple[str, ...] = HEALTHY_PATHS
 ) -> list[Middleware]:
     """All web-config middlewares, outermost first: headers, method/body check, auth."""
     return [

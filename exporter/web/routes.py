@@ -11,7 +11,7 @@ from exporter.metrics import CONTENT_TYPE
 from exporter.settings import redact_dsn
 from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition, StateSource
-from exporter.web.middleware import RELOAD_METHODS, RELOAD_PATH
+from exporter.web.middleware import HEALTHY_PATHS, READY_PATHS, RELOAD_METHODS, RELOAD_PATH
 from exporter.web.status import StatusPage, status_page
 
 
@@ -22,8 +22,9 @@ def add_routes(
     telemetry_path: str,
     lifecycle: Callable[[], bool],
 ) -> None:
-    """/metrics (at its configured path), /healthz, /readyz, the status page at / and
-    /-/reload (POST or PUT, when ``lifecycle()`` says so, as Prometheus does)."""
+    """/metrics (at its configured path), /healthz and /readyz (also spelled /-/healthy and
+    /-/ready, as Prometheus spells them), the status page at / and /-/reload (POST or PUT, when
+    ``lifecycle()`` says so, as Prometheus does)."""
 
     async def metrics(request: web.Request) -> web.Response:
         encoded = await exposition.body()
@@ -72,6 +73,8 @@ def add_routes(
 
     app.router.add_route("*", RELOAD_PATH, reload)
     app.router.add_get(telemetry_path, metrics)
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
+    for path in HEALTHY_PATHS:
+        app.router.add_get(path, healthz)
+    for path in READY_PATHS:
+        app.router.add_get(path, readyz)
     app.router.add_get("/", landing)

@@ -13,19 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import __version__
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.settings import redact_dsn
 from exporter.vocabulary import DOCS_URL, PROJECT
-
-
-@dataclass(frozen=True)
-class QueueStatus:
-    """One queue as the status page shows it."""
-
-    view: QueueView
-    ready: str | None  # None when ready, else why not
-    last_error: str | None  # the last failure, kept after recovery (the view's clears)
-    last_error_at: float | None  # Unix time, exporter clock
+from exporter.web.middleware import HEALTHY_PATHS, READY_PATHS
 
 
 @dataclass(frozen=True)
@@ -176,6 +167,7 @@ def _config_line(config: ConfigStatus, now: float) -> str:
 def status_page(page: StatusPage) -> str:
     """The whole page as one self-contained HTML document."""
     path = html.escape(page.telemetry_path, quote=True)
+    probes = "".join(f'<a href="{p}">{p}</a>' for p in (*HEALTHY_PATHS, *READY_PATHS))
     ready = sum(1 for q in page.queues if q.ready is None)
     rows = "".join(_queue_row(q, page.now) for q in page.queues)
     head = "".join(f"<th>{name}</th>" for name in _HEAD)
@@ -186,8 +178,7 @@ def status_page(page: StatusPage) -> str:
         f"<h1>{PROJECT} <small>{html.escape(__version__)}</small></h1>"
         f'<p class="meta">up {_duration(page.uptime)} · {ready} of {len(page.queues)} '
         f"queues ready · {_utc(page.now)}</p>"
-        f'<nav><a href="{path}">Metrics</a><a href="/healthz">/healthz</a>'
-        f'<a href="/readyz">/readyz</a><a href="{DOCS_URL}">Documentation</a></nav>'
+        f'<nav><a href="{path}">Metrics</a>{probes}<a href="{DOCS_URL}">Documentation</a></nav>'
         f"{_config_line(page.config, page.now)}"
         f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
         "</body></html>\n"

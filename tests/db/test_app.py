@@ -153,6 +153,11 @@ async def test_real_exporter_refuses_bad_requests_and_requires_auth_when_configu
                 assert r.status == 401
             async with http.get(f"{base}/healthz") as r:
                 assert r.status == 200
+            async with http.get(f"{base}/-/healthy") as r:  # the twin is as open
+                assert (r.status, await r.text()) == (200, "ok\n")
+            for ready in ("/readyz", "/-/ready"):
+                async with http.get(f"{base}{ready}") as r:
+                    assert r.status == 401
             async with http.get(f"{base}/metrics", headers=good) as r:
                 assert r.status == 200
             async with http.post(f"{base}/metrics", headers=good, data=b"x") as r:

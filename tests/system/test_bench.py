@@ -61,3 +61,36 @@ def test_quick_benchmark_writes_every_figure(tmp_path: Path) -> None:
     # The table printed matches the JSON.
     assert "20,000 rows" in report["table"]
     assert "20,000 rows" in done.stdout
+
+
+def test_throughput_reports_the_exporters_share_of_statement_time(tmp_path: Path) -> None:
+    """``python -m bench throughput`` tells the exporter's statements apart by role and ranks them."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "throughput", "--rates", "max", "--seconds", "5",
+         "--rows", "20000", "--interval", "1s", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads((tmp_path / "throughput.json").read_text())
+    assert result["exact"] is True
+    share = result["statements"]
+    assert share["role"] == "jobqueue_exporter"
+    # pgbench runs as postgres, the exporter under its own role: both show up, apart.
+    assert 0 < share["exporter_ms"] < share["all_ms"]
+    assert share["share_pct"] == pytest.approx(100 * share["exporter_ms"] / share["all_ms"])
+    assert share["exporter_calls"] > 0
+    top = share["top"]
+    assert 0 < len(top) <= 5
+    assert [t["total_ms"] for t in top] == sorted((t["total_ms"] for t in top), reverse=True)
+    # Statements the exporter names in queries.sql are shown by that name.
+    names = {t["statement"] for t in top}
+    assert {"changes_after", "snapshot"} <= names
+    changes = next(t for t in top if t["statement"] == "changes_after")
+    assert changes["calls"] > 0
+    assert changes["rows"] > 0
+    assert changes["mean_ms"] == pytest.approx(changes["total_ms"] / changes["calls"])
+    out = done.stdout
+    assert "Database statement time at max jobs/s" in out
+    assert f"= **{share['share_pct']:.1f} %**" in out
+    assert "| exporter statement | calls | total ms | mean ms | rows |" in out
+    assert "| changes_after | " in out

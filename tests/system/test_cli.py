@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from exporter import __version__
-from exporter.cli import build_parser, main, settings_from_namespace
+from exporter.cli import main, settings_from_namespace
+from exporter.settings.flags import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
@@ -46,7 +47,6 @@ def test_go_style_flags_reach_the_settings(tmp_path: Path) -> None:
             "--web.config.file=/etc/web.yml",
             "--database.max-connections=3",
             "--log.format=json",
-            "--alerts.stuck-for=10m",
         ]
     )
     loaded = settings_from_namespace(namespace, {})
@@ -59,7 +59,8 @@ def test_go_style_flags_reach_the_settings(tmp_path: Path) -> None:
     assert loaded.web.config_file == "/etc/web.yml"
     assert loaded.queues[0].database.max_connections == 3
     assert loaded.log.format == "json"
-    assert loaded.alerts.stuck_for == 600.0
+    rules = build_parser("render-rules").parse_args(["--alerts.stuck-for=10m"])
+    assert settings_from_namespace(rules, {}).alerts.stuck_for == 600.0
 
 
 def test_config_file_from_flag_or_environment_and_flag_wins(tmp_path: Path) -> None:
@@ -132,10 +133,13 @@ def test_dsn_in_a_wrong_setting_is_not_printed(capsys: pytest.CaptureFixture[str
 
 def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--collect.intervall=5s"], {}) == 2
-    assert "unrecognized arguments: --collect.intervall=5s" in capsys.readouterr().err
+    assert "unknown flag --collect.intervall (did you mean --collect.interval?)" in (
+        capsys.readouterr().err
+    )
     assert main(["frobnicate"], {}) == 2
+    assert "unexpected argument 'frobnicate'" in capsys.readouterr().err
     assert main(["run", "--output", "x.yml"], {}) == 2
-    assert "--output and --format belong to render-rules" in capsys.readouterr().err
+    assert "--output is a flag of render-rules, not of run" in capsys.readouterr().err
 
 
 def test_run_without_dsn_lists_the_four_ways(capsys: pytest.CaptureFixture[str]) -> None:
@@ -178,3 +182,101 @@ def test_main_sets_up_logging_that_redacts_the_dsn_password(
     logging.getLogger("exporter.test").warning("password is %s", PASSWORD)
     err = capsys.readouterr().err
     assert json.loads(err)["msg"] == "password is ***"
+
+
+# --- What a newcomer sees, from the installed program -------------------------------------
+
+
+def _program(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exporter", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", **(env or {})},
+    )  # fmt: skip
+
+
+def test_help_fits_200_lines_and_leaves_the_rule_flags_to_render_rules() -> None:
+    run_help, rules_help = _program("--help"), _program("render-rules", "--help")
+    assert (run_help.returncode, rules_help.returncode) == (0, 0)
+    assert len(run_help.stdout.splitlines()) <= 200
+    assert "--collect.interval DURATION" in run_help.stdout
+    assert "--alerts." not in run_help.stdout
+    assert "--alerts.stuck-for DURATION" in rules_help.stdout
+    assert "--collect." not in rules_help.stdout
+
+
+def test_a_misspelled_flag_exits_2_in_two_lines_with_a_suggestion() -> None:
+    result = _program("--collect.intervall", "5s")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "jobqueue-exporter: error: unknown flag --collect.intervall "
+        "(did you mean --collect.interval?)",
+        "Run 'jobqueue-exporter --help' for the flags, or see docs/configuration.md.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "why"),
+    [
+        (f"postgresql://u:{PASSWORD}@127.0.0.1:notaport/db", "the port is not a number"),
+        (f"postgresql://u:{PASSWORD}@127.0.0.1/db?sslmode=on", "sslmode must be one of"),
+        (f"postgresql://u:{PASSWORD}@[::1/db", "is not a valid URL"),
+    ],
+)
+@pytest.mark.parametrize("source", ["flag", "environment"])
+def test_a_dsn_that_cannot_work_stops_the_start_naming_the_key_not_the_password(
+    dsn: str, why: str, source: str
+) -> None:
+    if source == "flag":
+        result = _program("--database.dsn", dsn, "--web.listen-address=127.0.0.1:0")
+    else:
+        result = _program("--web.listen-address=127.0.0.1:0", env={"DATABASE_URL": dsn})
+    assert result.returncode == 2
+    lines = result.stderr.splitlines()
+    assert lines[0] == "jobqueue-exporter: configuration error:"
+    assert lines[1].startswith(f"database.dsn: {why}")
+    assert PASSWORD not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_a_real_start_logs_the_version_then_one_line_per_queue(fmt: str) -> None:
+    # Port 1 refuses at once: the exporter starts and serves; collection fails, logged later.
+    dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:1/orders"
+    command = [sys.executable, "-m", "exporter", f"--log.format={fmt}", "--collect.interval=1m",
+               "--web.listen-address=127.0.0.1:0"]  # fmt: skip
+    environ = {"PATH": "/usr/bin:/bin", "JOBQUEUE_EXPORTER_DSN": dsn}
+    lines: list[str] = []
+    with subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE, text=True, env=environ) as (
+        process
+    ):
+        try:
+            assert process.stderr is not None
+            for line in process.stderr:  # ends with the process; the test's timeout bounds it
+                lines.append(line)
+                if "listening" in line:
+                    break
+        finally:
+            process.terminate()
+            process.communicate(timeout=30)
+    text = "".join(lines)
+    assert PASSWORD not in text
+    if fmt == "json":
+        records = [json.loads(line) for line in lines[:2]]
+        assert [r["msg"] for r in records] == ["starting jobqueue-exporter", "watching queue"]
+        assert records[0]["version"] == __version__
+        assert {k: records[1][k] for k in ("queue", "profile", "table", "interval")} == {
+            "queue": "orders", "profile": "default", "table": "job", "interval": "1m",
+        }  # fmt: skip
+        assert records[1]["leader_election"] is True
+    else:
+        assert "level=INFO source=cli.py" in lines[0]
+        assert lines[0].rstrip().endswith(f'msg="starting jobqueue-exporter" version={__version__}')
+        assert (
+            lines[1]
+            .rstrip()
+            .endswith(
+                'msg="watching queue" queue=orders profile=default table=job interval=1m '
+                "leader_election=true"
+            )
+        )

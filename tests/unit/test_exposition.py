@@ -9,11 +9,10 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
-from exporter.model import ConfigStatus, QueueView
+from exporter.model import ConfigStatus, QueueStatus, QueueView
 from exporter.web import encoding
 from exporter.web.encoding import choose_encoding, encode_all, parse_accept_encoding
 from exporter.web.exposition import Exposition
-from exporter.web.status import QueueStatus
 from tests.unit.factories import view
 
 ALL = {"identity": b"", "gzip": b"", "zstd": b""}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.horizon import FOREVER, MARGIN, NIL, ChangeFeed, Horizon
+from exporter.counting.changefeed import FOREVER, MARGIN, NIL, ChangeFeed, Horizon
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

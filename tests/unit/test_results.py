@@ -9,8 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.counting.results import (
+    ResultPaths,
+    classify,
+    decode_figures,
+    decode_result,
+    split_error,
+)
 from exporter.model import Figures
-from exporter.results import ResultPaths, classify, decode_figures, decode_result, split_error
 
 PATHS = ResultPaths()
 MARKER = " [lease-expired reclaim]"

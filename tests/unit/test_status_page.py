@@ -6,11 +6,11 @@ import re
 from dataclasses import replace
 
 from exporter import __version__
-from exporter.model import ConfigStatus, Health
+from exporter.model import ConfigStatus, Health, QueueStatus
 from exporter.profiles import PRESETS
 from exporter.profiles.mapping import coverage_of
 from exporter.vocabulary import DOCS_URL
-from exporter.web.status import QueueStatus, StatusPage, status_page
+from exporter.web.status import StatusPage, status_page
 from tests.pages import RenderedPage
 from tests.unit.factories import view
 
@@ -58,7 +58,9 @@ def test_header_shows_version_uptime_readiness_and_links() -> None:
     text = page(healthy(), down(), path="/custom")
     assert f"jobqueue-exporter <small>{__version__}</small>" in text
     assert "up 1 h · 1 of 2 queues ready" in text
-    assert RenderedPage(text).links == ["/custom", "/healthz", "/readyz", DOCS_URL]
+    assert RenderedPage(text).links == [
+        "/custom", "/healthz", "/-/healthy", "/readyz", "/-/ready", DOCS_URL,
+    ]  # fmt: skip
     assert "configuration loaded" in text
     assert "reload failed" not in text
 

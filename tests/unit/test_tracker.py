@@ -8,8 +8,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
-from exporter.tracker import Tracker, TrackerOptions
 
 TOL = 30.0
 MARK = " [lease-expired reclaim]"

@@ -7,8 +7,8 @@ import uuid
 import asyncpg
 import pytest
 
+from exporter.counting.horizon import Horizon, IdWatermark, TxidSnapshot, widen_xid
 from exporter.profiles.base import PresetError
-from exporter.profiles.horizon import Horizon, IdWatermark, TxidSnapshot, widen_xid
 from exporter.profiles.procrastinate import ProcrastinateReader
 from tests.conftest import PgServer, dsn_with_database, execute
 from tests.system.presets.processes import require

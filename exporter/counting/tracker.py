@@ -1,7 +1,7 @@
 """Pure logic that turns changed rows into exact transition counts; no I/O.
 
 The queue keeps no event log, only each job's current row. Every transition sets
-``updated_at = now()``; the change cursor (exporter/horizon.py) hands the tracker each
+``updated_at = now()``; the change cursor (exporter/counting/changefeed.py) hands the tracker each
 changed row about once, in ``updated_at`` order, and tells it the *floor* below which no row
 will be read again. Rows read twice (the baseline's active rows, or a fallback window) are
 recognised by comparing with the last state the tracker saw of the same job, and the number of
@@ -14,8 +14,14 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from exporter.counting.results import (
+    ResultPaths,
+    classify,
+    decode_figures,
+    decode_result,
+    split_error,
+)
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
-from exporter.results import ResultPaths, classify, decode_figures, decode_result, split_error
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from exporter.profiles.base import PresetError, Row
+from exporter.counting.cycle import PresetError, Row
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes
 # its start timestamp; a bound used against now()-stamped columns keeps this much slack.
