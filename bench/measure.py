@@ -26,13 +26,15 @@ import aiohttp
 import asyncpg
 
 from bench.data import create_exporter_indexes, drop_exporter_indexes
-from exporter.counting.changefeed import FOREVER, NIL, ChangeFeed
+from exporter.counting.changefeed import FOREVER, NIL
 from exporter.counting.results import ResultPaths
-from exporter.db import APPLICATION_NAME, ConnectOptions, Database, load_queries
+from exporter.counting.tracker import TrackerOptions
+from exporter.counting.transitions import DEAD_RECOUNT_EVERY, CursorOptions, TransitionCursor
+from exporter.db import APPLICATION_NAME, ConnectOptions, Database, load_queries, run_cycle
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
-from exporter.poller import DEAD_RECOUNT_EVERY
+from exporter.model import JobTypeLabels, Tallies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTER_INDEXES = (
@@ -134,22 +136,21 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     per_query: dict[str, list[float]] = {}
     totals: list[float] = []
     recounts: list[float] = []
-    # The poller's reads: the horizon, then the changes past the cursor in chunks.
-    feed = ChangeFeed(tolerance=30.0, max_rows=5000)
-    p = ResultPaths()
-    paths = (p.duration_ms, p.ai_usd, p.proxy_usd, p.total_usd)
+    # The poller's cycle: the horizon, then the changes past the cursor in chunks, the dead
+    # letter recounted every DEAD_RECOUNT_EVERY cycles.
+    paths = ResultPaths().as_tuple()
+    options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=5000)
+    labels = JobTypeLabels({}, 50)
+    bounds = (1.0,)
+    mode = TransitionCursor(load_queries("job"), options, labels, Tallies(bounds, bounds, bounds))
     try:
-        await db.read(since=None, stuck_threshold=600, done_count=False, feed=feed, paths=paths)
-        for index in range(max(cycles, DEAD_RECOUNT_EVERY)):
+        await run_cycle(db, mode)  # the baseline
+        for _ in range(max(cycles, DEAD_RECOUNT_EVERY)):
             await asyncio.sleep(pause)
-            recount = index % DEAD_RECOUNT_EVERY == DEAD_RECOUNT_EVERY - 1
-            reading = await db.read(
-                since=None, stuck_threshold=600, done_count=False, count_dead=recount,
-                feed=feed, paths=paths,
-            )  # fmt: skip
-            for name, seconds in reading.durations.items():
+            _, durations = await run_cycle(db, mode)
+            for name, seconds in durations.items():
                 per_query.setdefault(name, []).append(seconds * 1000)
-            (recounts if recount else totals).append(sum(reading.durations.values()) * 1000)
+            (recounts if "dead" in durations else totals).append(sum(durations.values()) * 1000)
     finally:
         await db.close()
     queries = load_queries("job")

@@ -30,6 +30,7 @@ from exporter.settings import (
 )
 from exporter.settings.flags import (
     DEMO,
+    INDEXES,
     PROG,
     RENDER_RULES,
     ParserExit,
@@ -137,6 +138,29 @@ def log_start(queues: Iterable[QueueSettings]) -> None:
         log.info("watching queue", extra={"fields": fields})
 
 
+# --- Table mappings: the indexes they need, and the catalog's verdict on them -----------------
+
+
+def _print_indexes(settings: Settings) -> int:
+    from exporter.counting.sqltext import index_script
+
+    sys.stdout.write(index_script(settings.queues))
+    sys.stdout.flush()
+    return EXIT_OK
+
+
+def _checked_tables(settings: Settings) -> Settings:
+    """The settings, once every reachable database's catalog agrees with its queue's table
+    mapping (ConfigError otherwise: at start-up the exporter exits, on a reload the running
+    configuration stays); a database that is down is checked at its first collection."""
+    import asyncio
+
+    from exporter.db.catalog import check_tables
+
+    asyncio.run(check_tables(settings))
+    return settings
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Parse the command line and environment, run the chosen command, return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -165,6 +189,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     setup_logging(settings.log.level, settings.log.format, settings.passwords)
     if command == RENDER_RULES:
         return _render_rules(settings, namespace.format, namespace.output)
+    if command == INDEXES:
+        return _print_indexes(settings)
     from exporter.demo import demo_queue, run_demo
     from exporter.service import run
     from exporter.web.validate import WebConfigError
@@ -184,14 +210,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     frozen_env = dict(env)
 
     def reload_settings() -> Settings:
-        return settings_from_namespace(namespace, frozen_env)
+        return _checked_tables(settings_from_namespace(namespace, frozen_env))
 
     try:
         if command == DEMO:
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
             log_start((demo_queue(settings, ""),))
             return run_demo(settings)
+        _checked_tables(settings)
         log_start(settings.queues)
+    except ConfigError as exc:
+        _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
+        return EXIT_USAGE
+    try:
         return run(settings, reload_settings, systemd_sockets(env))
     except WebConfigError as exc:
         _write(sys.stderr, f"{PROG}: web config error: {exc}")

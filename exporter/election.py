@@ -1,6 +1,7 @@
 """One active collector per queue: exporters watching the same table elect one through a lock.
 
-The holder of the queue's session-level advisory lock (see :class:`~exporter.db.LockSession`)
+The holder of the queue's session-level advisory lock (see :class:`~exporter.db.LockSession`; the
+queues of one database share one lock session, one lock per table)
 is the queue's collector: it runs the collection queries and exports the queue's series. The
 others stand by: they run no collection query, export only ``jobqueue_up`` and
 ``jobqueue_exporter_leader 0``, and try for the lock every ``retry`` seconds. PostgreSQL frees
@@ -24,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from exporter.db import DatabaseError, LockSession
+from exporter.db import DatabaseError, TableLock
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ class Election:
     def __init__(
         self,
         queue: str,
-        lock: LockSession,
+        lock: TableLock,
         retry: float,
         grace: float,
         on_change: Callable[[bool, bool], None],
@@ -47,6 +48,9 @@ class Election:
         self.on_change = on_change  # (collector, rebaseline)
         self.collector = True  # until another exporter is seen holding the lock
         self.reachable = False  # the lock's session reached the database at the last try
+        # The lock is really held (jobqueue_exporter_leader): an exporter that has not reached
+        # the database yet collects, to count the outage, but leads nothing.
+        self.holding = False
         self.last_error: str | None = None
         # Another exporter held the lock since this one last collected: our memory of the
         # rows is from before its term, so our next term must start from a new baseline.
@@ -83,13 +87,23 @@ class Election:
         except DatabaseError:
             # Unreachable: collect anyway, so the failure is counted and jobqueue_up says 0.
             self.reachable = False
+            self._hold(False)
             return True
         self.reachable = True
+        self._hold(acquired)
         if acquired:
             return True
         self._other_led = True
         self._set(False, "another exporter holds the queue's advisory lock")
         return False
+
+    def _hold(self, holding: bool) -> None:
+        if holding != self.holding:
+            log.debug(
+                "advisory lock taken" if holding else "advisory lock not held",
+                extra={"fields": {"queue": self.queue, "table": self.lock.table}},
+            )
+        self.holding = holding
 
     async def _reach(self) -> bool:
         try:
@@ -105,15 +119,14 @@ class Election:
             if self.reachable or self.last_error != str(exc):
                 log.warning(
                     "leader election: cannot reach the database",
-                    extra={
-                        "fields": {"queue": self.queue, "reason": exc.reason, "error": str(exc)}
-                    },
+                    extra={"fields": {"queue": self.queue, "reason": exc.reason, "err": str(exc)}},
                 )
             self.reachable = False
             self.last_error = str(exc)
             return
         self.reachable = True
         self.last_error = None
+        self._hold(acquired)
         if acquired:
             self._set(True, "took the queue's advisory lock")
         else:

@@ -12,11 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
-from exporter.vocabulary import FAILURE_REASONS, STUCK_REASONS, Status
+from exporter.vocabulary import CUT_MARK, FAILURE_REASONS, MAX_JOB_TYPE_LABEL, STUCK_REASONS, Status
 from exporter.vocabulary import OTHER as OTHER_LABEL
 
 PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
 _K = TypeVar("_K")
+JobType = int | str  # the job_type column: a number, or the text of a mapped table
+
+
+def job_type_label(text: str) -> str:
+    """A text job type (untrusted) as a label value: itself, or cut to MAX_JOB_TYPE_LABEL."""
+    return text if len(text) <= MAX_JOB_TYPE_LABEL else text[: MAX_JOB_TYPE_LABEL - 1] + CUT_MARK
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,7 @@ class JobRow:
     """One row of the job table as the change query returns it."""
 
     job_id: str
-    job_type: int
+    job_type: JobType
     status: int
     attempts: int
     max_attempts: int
@@ -73,13 +79,14 @@ class Snapshot:
     """The queue's live state at one database instant."""
 
     taken_at: float
-    active: dict[int, ActiveStats]
-    dead: dict[int, int] | None  # None when this cycle did not recount the dead letter
-    done: dict[int, int] | None = None
+    active: dict[JobType, ActiveStats]
+    dead: dict[JobType, int] | None  # None when this cycle did not recount the dead letter
+    done: dict[JobType, int] | None = None
 
 
 class JobTypeLabels:
-    """Maps job_type numbers to bounded label values: configured names, else the number, else other.
+    """Maps job types to bounded label values: configured names, else the number (or the text,
+    cut to MAX_JOB_TYPE_LABEL), else other.
 
     A job type keeps the label it was first given for the life of the process, so a counter never
     moves between label sets; once ``cap`` distinct labels exist, new job types fold into "other".
@@ -88,27 +95,31 @@ class JobTypeLabels:
     def __init__(self, names: dict[int, str], cap: int) -> None:
         self._names = dict(names)
         self._cap = cap
-        self._assigned: dict[int, str] = {}
+        self._assigned: dict[JobType, str] = {}
         self._labels: list[str] = []
-        self.folded: set[int] = set()
+        self.folded: set[JobType] = set()
         for job_type in sorted(names):
             self.label(job_type)
 
-    def label(self, job_type: int) -> str:
+    def label(self, job_type: JobType) -> str:
         """Return the label of ``job_type``, assigning one on first sight."""
         found = self._assigned.get(job_type)
         if found is not None:
             return found
-        if len(self._labels) < self._cap:
-            label = self._names.get(job_type, str(job_type))
-            self._labels.append(label)
-        else:
+        label = self._name(job_type, self._names)  # texts cut alike share a label and a slot
+        if label not in self._labels and len(self._labels) >= self._cap:
             label = OTHER_LABEL
             self.folded.add(job_type)
-            if OTHER_LABEL not in self._labels:
-                self._labels.append(OTHER_LABEL)
+        if label not in self._labels:
+            self._labels.append(label)
         self._assigned[job_type] = label
         return label
+
+    @staticmethod
+    def _name(job_type: JobType, names: dict[int, str]) -> str:
+        if isinstance(job_type, str):
+            return job_type_label(job_type)
+        return names.get(job_type, str(job_type))
 
     @property
     def labels(self) -> list[str]:
@@ -125,7 +136,7 @@ class JobTypeLabels:
         self._names, self._cap = dict(names), cap
         moved: dict[str, str] = {}
         for job_type, old in self._assigned.items():
-            new = old if job_type in self.folded else names.get(job_type, str(job_type))
+            new = old if job_type in self.folded else self._name(job_type, names)
             if new != old:
                 moved.setdefault(old, new)
                 self._assigned[job_type] = new
@@ -133,6 +144,36 @@ class JobTypeLabels:
         for job_type in sorted(names):  # configured names are exported before first sight
             self.label(job_type)
         return moved
+
+
+class PresetJobTypes(JobTypeLabels):
+    """Job types a library names by string (task, entrypoint, queue), under the label cap.
+
+    Each name gets a number on first sight, so the snapshot and the view stay keyed as for the
+    default schema; its label is the name itself, or "other" beyond the cap.
+    """
+
+    def __init__(self, cap: int) -> None:
+        super().__init__({}, cap)
+        self.numbers: dict[str, int] = {}
+
+    def number(self, name: str) -> int:
+        """The number of a job type name, given on first sight (with its label)."""
+        found = self.numbers.get(name)
+        if found is None:
+            found = self.numbers[name] = len(self.numbers) + 1
+            self._names[found] = name
+            self.label(found)
+        return found
+
+    def label_of_name(self, name: str) -> str:
+        """The label of a job type name."""
+        return self.label(self.number(name))
+
+    def rename(self, names: dict[int, str], cap: int) -> dict[str, str]:
+        """Adopt a reloaded cap; collect.job_types names numbers, which a preset has none of."""
+        self._cap = cap
+        return {}
 
 
 @dataclass
@@ -201,6 +242,8 @@ class Tallies:
     duration: dict[str, Histogram] = field(default_factory=dict)
     wait: dict[str, Histogram] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
+    # Counted by the presets, not exported yet.
+    cancelled: Counter[str] = field(default_factory=Counter)
 
     def copy(self) -> Tallies:
         """An independent copy (the HTTP side renders from copies, never from live state)."""
@@ -218,7 +261,15 @@ class Tallies:
             {k: replace(v, counts=list(v.counts)) for k, v in self.duration.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
+            Counter(self.cancelled),
         )
+
+    def counters(self) -> dict[str, dict[object, int]]:
+        """Every counter as plain dicts without zeros, for comparisons and logs."""
+        return {
+            name: {key: value for key, value in getattr(self, name).items() if value}
+            for name in ("enqueued", "completed", "failures", "dead", "requeued", "cancelled")
+        }
 
     def relabel(self, moved: dict[str, str]) -> None:
         """Move every count from an old job_type label to its new one (summing where they meet)."""
@@ -234,6 +285,7 @@ class Tallies:
         self.enqueued = _moved(self.enqueued, one)
         self.completed = _moved(self.completed, one)
         self.requeued = _moved(self.requeued, one)
+        self.cancelled = _moved(self.cancelled, one)
         self.failures = _moved(self.failures, pair)
         self.dead = _moved(self.dead, pair)
         cost: dict[tuple[str, str], float] = {}
@@ -253,12 +305,17 @@ class Tallies:
         key = (label, component)
         self.cost[key] = self.cost.get(key, 0.0) + usd
 
-    def observe(self, label: str, duration: float | None, wait: float, latency: float) -> None:
-        """Record one completed job in the three histograms."""
-        if duration is not None:
-            self._histogram(self.duration, label, self.duration_bounds).observe(duration)
-        self._histogram(self.wait, label, self.wait_bounds).observe(wait)
-        self._histogram(self.latency, label, self.latency_bounds).observe(latency)
+    def observe(
+        self, label: str, duration: float | None, wait: float | None, latency: float | None
+    ) -> None:
+        """Record one completed job in the histograms whose figure is known."""
+        for table, bounds, value in (
+            (self.duration, self.duration_bounds, duration),
+            (self.wait, self.wait_bounds, wait),
+            (self.latency, self.latency_bounds, latency),
+        ):
+            if value is not None:
+                self._histogram(table, label, bounds).observe(value)
 
     @staticmethod
     def _histogram(table: dict[str, Histogram], label: str, bounds: tuple[float, ...]) -> Histogram:
@@ -306,17 +363,21 @@ class QueueView:
     """A consistent copy of one queue's part of /metrics, taken between two collections."""
 
     queue: str  # the queue label
-    leader: bool  # only the elected collector exports the queue's series
+    leader: bool  # jobqueue_exporter_leader: collecting, and holding the lock if elected
     snapshot: Snapshot | None  # None while stale or on a standby: queue gauges are withdrawn
-    label_of: dict[int, str]
+    label_of: dict[JobType, str]
     labels: tuple[str, ...]
     folded: int
     tallies: Tallies | None  # None on a standby: it counts nothing
     health: Health
     up: bool
     collection_timeout: float
-    tracked: int
+    tracked: int | None  # None: the profile keeps no set of tracked jobs
     coverage: Coverage = Coverage()
+    collector: bool = True  # False on a standby: it exports up and leader only
+    # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never
+    # fresh, or a view not published through the board.
+    fresh_until: float | None = None
 
 
 @dataclass(frozen=True)

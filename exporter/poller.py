@@ -1,13 +1,16 @@
-"""The collection loop: one collection at a time, capped jittered backoff, staleness.
+"""The collection loop of every queue: one collection at a time, capped jittered backoff, staleness.
 
-The poller owns the latest snapshot, the tracker and the exporter's own health figures; the
-HTTP side only reads them. Every collection is bounded by ``collect.timeout`` on the client
-side too, so a silent network cannot hold it for the operating system's TCP timeout.
+A poller runs its queue's profile (exporter/profiles: SQL plus a counting mode) once per
+interval through :func:`exporter.db.run_cycle`, keeps the exporter's own health figures, and
+publishes an immutable view of the queue to the board after every collection. Every collection
+is bounded by ``collect.timeout`` on the client side too, so a silent network cannot hold it for
+the operating system's TCP timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -15,24 +18,19 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from exporter.counting.changefeed import ChangeFeed
-from exporter.counting.results import ResultPaths
-from exporter.counting.tracker import Tracker, TrackerOptions
-from exporter.db import Database, DatabaseError
-from exporter.model import Health, JobTypeLabels, QueueView, Snapshot, Tallies
+from exporter.board import Board
+from exporter.counting.cycle import Collected, CountingError, CountingMode
+from exporter.db import Database, DatabaseError, run_cycle
+from exporter.db.catalog import inspect_table
+from exporter.model import Health, QueueStatus, QueueView, Snapshot, Tallies
+from exporter.profiles import Profile, profile_of
 from exporter.settings import QueueSettings
-from exporter.vocabulary import INDEX_FILE, REQUIRED_INDEXES
+from exporter.vocabulary import INTERNAL, TIMEOUT
 
 log = logging.getLogger(__name__)
 
-# Purged active rows are looked for every this many cycles (a primary-key lookup per job).
-PURGE_CHECK_EVERY = 20
 # Indexes are looked for again every this many cycles, so creating them later is noticed.
 INDEX_CHECK_EVERY = 40
-# Counting the dead letter costs O(dead rows) (9 ms for 50,000 at 10M rows in the benchmark);
-# in between recounts the gauge follows the deaths and requeues the tracker sees. A recount
-# also absorbs what the tracker cannot see (dead rows purged, deaths stamped before start).
-DEAD_RECOUNT_EVERY = 20
 BACKOFF_FIRST = 1.0
 # Share of collect.timeout a cycle may spend reading changes; the rest wait for the next cycle,
 # which starts at once while the cursor is behind (catch-up in bounded steps, never a cliff).
@@ -40,67 +38,56 @@ READ_BUDGET_SHARE = 0.5
 
 
 class Poller:
-    """Runs collections in the background and keeps what the last successful one read."""
+    """Runs collections in the background and publishes what the last successful one read."""
 
     def __init__(
         self,
         settings: QueueSettings,
         database: Database,
         *,
+        board: Board | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
         self.database = database
+        self.board = board
+        self.profile: Profile = profile_of(settings)
         self._monotonic = monotonic
         self._rng = rng or random.Random()
         collect = settings.collect
-        self.labels = JobTypeLabels(collect.job_types, collect.max_job_types)
+        self.labels = self.profile.make_labels(settings)
         self.tallies = Tallies(
             collect.duration_buckets, collect.wait_buckets, collect.latency_buckets
         )
-        self.tracker = self._new_tracker()
-        self.feed = self._new_feed()
-        self._hidden_warned = False
+        self.mode: CountingMode = self.profile.make_mode(settings, self.labels, self.tallies)
+        self._counting = False
+        self._behind = False
+        self._warnings: tuple[str, ...] = ()
         self.health = Health()
         self.snapshot: Snapshot | None = None
-        self.generation = 0  # bumped after every collection, for render caches
+        self.generation = 0  # bumped after every collection
         self._cycle = 0
         self._indexes_checked_at: int | None = None
-        self._dead: dict[int, int] = {}
-        self._dead_counted_at: int | None = None
         self._finished = asyncio.Condition()
         # Called (synchronously, on the event loop) after every collection.
         self.listeners: list[Callable[[], None]] = []
         # Awaited before every collection: False means this exporter may not collect now (it
         # no longer holds the queue's advisory lock), and nothing is read or counted.
         self.guard: Callable[[], Awaitable[bool]] | None = None
-
-    def _new_tracker(self) -> Tracker:
-        collect = self.settings.collect
-        options = TrackerOptions(
-            commit_lag_tolerance=collect.commit_lag_tolerance,
-            deadline_prefix=collect.deadline_error_prefix,
-            lease_marker=collect.lease_expired_marker,
-            paths=ResultPaths(
-                collect.duration_path,
-                collect.cost_ai_path,
-                collect.cost_proxy_path,
-                collect.cost_total_path,
-            ),
-        )
-        return Tracker(options, self.labels, self.tallies)
-
-    def _new_feed(self) -> ChangeFeed:
-        collect = self.settings.collect
-        return ChangeFeed(
-            tolerance=collect.commit_lag_tolerance, max_rows=collect.max_rows_per_query
-        )
+        # (collector, holds the lock, reachable, why not) of the queue's election; None: no
+        # election, this exporter always collects.
+        self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
+        # The poller clears its error on success; the status page keeps the last one, and when.
+        self.last_error: str | None = None
+        self.last_error_at: float | None = None
+        if self.profile.note:
+            log.info("collecting a preset queue", extra={"fields": dict(self.profile.note)})
 
     @property
     def behind(self) -> bool:
-        """True when the last cycle stopped reading before the cursor reached its bound."""
-        return not self.feed.caught_up
+        """True when the last cycle stopped reading before its cursor reached its bound."""
+        return self._behind
 
     def rebaseline(self) -> None:
         """Count from a new baseline at the next collection; what was counted stays counted.
@@ -110,26 +97,32 @@ class Poller:
         which are not ours to count. Counters keep their values, so a series that comes back
         after a leadership gap never goes down.
         """
-        self.tracker = self._new_tracker()
-        self.feed = self._new_feed()
+        self.mode = self.profile.make_mode(self.settings, self.labels, self.tallies)
+        self._counting = self._behind = False
         self.snapshot = None
-        self._dead_counted_at = None
         self._indexes_checked_at = None
 
     def fresh(self) -> bool:
         """True when the last success is recent enough to serve the queue gauges."""
+        until = self._fresh_until()
+        return until is not None and self._monotonic() <= until
+
+    def _fresh_until(self) -> float | None:
         at = self.health.last_success_monotonic
         if at is None:
-            return False
-        return self._monotonic() - at <= self.settings.collect.effective_staleness_limit
-
-    def verdict(self) -> tuple[bool, bool]:
-        """(up, fresh) as /metrics must show them now: the part of it that may never lag."""
-        fresh = self.fresh()
-        return (self.health.up and fresh, fresh)
+            return None
+        return at + self.settings.collect.effective_staleness_limit
 
     def view(self) -> QueueView:
-        """Copy what /metrics shows, so rendering can run off the event loop."""
+        """A copy of what /metrics shows of the queue now, safe to render off the event loop."""
+        collector, leader, reachable, _ = self._standing()
+        collect = self.settings.collect
+        if not collector:
+            return QueueView(
+                queue=self.settings.name, leader=False, snapshot=None, label_of={}, labels=(),
+                folded=0, tallies=None, health=Health(up=reachable), up=reachable,
+                collection_timeout=collect.timeout, tracked=0, collector=False,
+            )  # fmt: skip
         fresh = self.fresh()
         snapshot = self.snapshot if fresh else None
         job_types = (
@@ -143,7 +136,7 @@ class Poller:
         )
         return QueueView(
             queue=self.settings.name,
-            leader=True,
+            leader=leader,
             snapshot=snapshot,
             label_of={job_type: self.labels.label(job_type) for job_type in job_types},
             labels=tuple(self.labels.labels),
@@ -151,9 +144,32 @@ class Poller:
             tallies=self.tallies.copy(),
             health=health,
             up=self.health.up and fresh,
-            collection_timeout=self.settings.collect.timeout,
-            tracked=self.tracker.tracked,
+            collection_timeout=collect.timeout,
+            tracked=self.mode.tracked,
+            coverage=self.profile.coverage,
+            fresh_until=self._fresh_until(),
         )
+
+    def _standing(self) -> tuple[bool, bool, bool, str | None]:
+        return self.standing() if self.standing is not None else (True, True, True, None)
+
+    def status(self) -> QueueStatus:
+        """The queue as the status page, /readyz and /metrics show it."""
+        view = self.view()
+        collector, _, reachable, why = self._standing()
+        if not collector:
+            # A standby is ready while it can reach the database to take over.
+            ready = None if reachable else why or "starting"
+        elif view.up:
+            ready = None
+        else:
+            ready = self.health.last_error or "no successful collection yet"
+        return QueueStatus(view, ready, self.last_error, self.last_error_at)
+
+    def publish(self) -> None:
+        """Hand the queue's current status to the board."""
+        if self.board is not None:
+            self.board.publish(self.status())
 
     async def run(self) -> None:
         """Collect forever: on the interval when healthy, with capped jittered backoff when not."""
@@ -214,18 +230,25 @@ class Poller:
             async with asyncio.timeout_at(deadline):
                 await self._collect()
         except DatabaseError as exc:
+            # An outage or a timeout: the mode's cursor is intact, and once the database is
+            # back it counts what happened meanwhile.
             self._failed(exc.reason, str(exc))
+        except CountingError as exc:
+            # Counting exactly is impossible with what this role sees: the collection fails,
+            # visibly, and counting starts over once the cause is gone; what was counted stays.
+            self.rebaseline()
+            self._failed(exc.reason, f"{self.profile.name} profile: {exc}")
         except TimeoutError:
-            self._failed(
-                "timeout", f"collection exceeded collect.timeout={self.settings.collect.timeout}s"
-            )
+            timeout = self.settings.collect.timeout
+            self._failed(TIMEOUT, f"collection exceeded collect.timeout={timeout}s")
         except Exception as exc:
             log.exception("collection failed unexpectedly")
-            self._failed("internal", f"{type(exc).__name__}: {exc}")
+            self.rebaseline()  # a mode that failed half-way cannot be trusted to go on
+            self._failed(INTERNAL, f"{type(exc).__name__}: {exc}")
         else:
             if not health.up:
                 log.info(
-                    "collection succeeded", extra={"fields": {"tracked_jobs": self.tracker.tracked}}
+                    "collection succeeded", extra={"fields": {"tracked_jobs": self.mode.tracked}}
                 )
             health.up = True
             health.last_error = None
@@ -233,6 +256,7 @@ class Poller:
         finally:
             health.collection_duration = self._monotonic() - started
             self.generation += 1
+            self.publish()
             for listener in self.listeners:
                 listener()
             async with self._finished:
@@ -240,98 +264,75 @@ class Poller:
         return health.up
 
     async def _collect(self) -> None:
-        collect = self.settings.collect
         if (
             self._indexes_checked_at is None
             or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY
         ):
             await self._check_indexes()
-        baseline = not self.tracker.started
-        if baseline and self.feed.started:
-            self.feed = self._new_feed()  # an earlier baseline failed after planning the cursor
-        recount_dead = (
-            baseline
-            or self._dead_counted_at is None
-            or self._cycle - self._dead_counted_at >= DEAD_RECOUNT_EVERY
-        )
-        check_ids = None
-        if not baseline:
-            self.tracker.begin()
-            if self._cycle % PURGE_CHECK_EVERY == 0:
-                check_ids = self.tracker.active_ids_not_in_window() or None
-        paths = self.tracker.options.paths
-        reading = await self.database.read(
-            since=None,
-            stuck_threshold=collect.stuck_threshold,
-            done_count=collect.done_count,
-            count_dead=recount_dead,
-            check_ids=check_ids,
-            feed=self.feed,
-            consume=self.tracker.feed,
-            budget=collect.timeout * READ_BUDGET_SHARE,
-            paths=(paths.duration_ms, paths.ai_usd, paths.proxy_usd, paths.total_usd),
-        )
-        self._note_horizon()
-        now = reading.snapshot.taken_at
-        if baseline:
-            origin = self.feed.origin.timestamp() if self.feed.origin is not None else None
-            self.tracker.baseline(now, reading.active or [], [], origin=origin)
-            log.info(
-                "baseline taken; counting transitions from now on",
-                extra={"fields": {"active_jobs": len(reading.active or [])}},
-            )
-        else:
-            if check_ids and reading.existing is not None:
-                # Rows read this cycle exist; anything else missing from the answer was purged.
-                purged = [i for i in check_ids if i not in reading.existing]
-                self.tracker.forget(purged)
-            self.tracker.finish(now, floor=self.feed.floor())
-        if reading.snapshot.dead is not None:
-            self._dead = dict(reading.snapshot.dead)
-            self._dead_counted_at = self._cycle
-        else:
-            for job_type, change in self.tracker.dead_delta.items():
-                self._dead[job_type] = max(0, self._dead.get(job_type, 0) + change)
-        self.tracker.dead_delta.clear()
-        snapshot = replace(reading.snapshot, dead=dict(self._dead))
-        for job_type in [*snapshot.active, *self._dead]:
+        budget = self.settings.collect.timeout * READ_BUDGET_SHARE
+        collected, durations = await run_cycle(self.database, self.mode, budget)
+        self._note(collected)
+        self._behind = collected.behind
+        for job_type in collected.snapshot.active:
             self.labels.label(job_type)
-        self.snapshot = snapshot
-        # The last run of each query: the dead count does not run every cycle.
-        self.health.query_durations = {**self.health.query_durations, **reading.durations}
-        self.health.last_success_at = now
-        self.health.lag_seconds = self.feed.lag()
-        self.health.rows_read = self.feed.rows_read
+        self.snapshot = collected.snapshot
+        health = self.health
+        # The last run of each query: some (the dead count) do not run every cycle.
+        health.query_durations = {**health.query_durations, **durations}
+        health.last_success_at = collected.snapshot.taken_at
+        health.lag_seconds = collected.lag
+        health.rows_read += collected.rows_read
+        log.debug(
+            "collected",
+            extra={
+                "fields": {
+                    "duration_seconds": round(sum(durations.values()), 6),
+                    "rows_read": collected.rows_read,
+                    "lag_seconds": round(collected.lag, 3),
+                    "tracked_jobs": self.mode.tracked,
+                }
+            },
+        )
 
-    def _note_horizon(self) -> None:
-        horizon = self.feed.horizon
-        hidden = bool(horizon is not None and horizon.hidden)
-        if hidden and not self._hidden_warned:
-            log.warning(
-                "other sessions are hidden in pg_stat_activity: late commits are counted only "
-                "within collect.commit_lag_tolerance; grant pg_read_all_stats to remove the limit",
-                extra={"fields": {"hidden_sessions": horizon.hidden if horizon else 0}},
+    def _note(self, collected: Collected) -> None:
+        if collected.counting and not self._counting:
+            log.info(
+                "baseline taken; counting from now on",
+                extra={"fields": {"tracked_jobs": self.mode.tracked}},
             )
-        self._hidden_warned = hidden
+        self._counting = collected.counting
+        if collected.warnings != self._warnings:
+            for warning in collected.warnings:
+                log.warning(warning)
+            self._warnings = collected.warnings
 
     async def _check_indexes(self) -> None:
-        missing = await self.database.missing_indexes()
-        self.health.missing_indexes = {name: int(name in missing) for name in REQUIRED_INDEXES}
+        profile = self.profile
+        if profile.check_table is not None:
+            # Before a fresh mode's first cycle too: its SQL follows the table's real types.
+            await profile.check_table(
+                self.settings, functools.partial(inspect_table, self.database), self.mode
+            )
+        table = profile.watched_table(self.settings)
+        required = profile.indexes(self.settings)
+        missing = await self.database.missing_indexes(table, required)
+        self.health.missing_indexes = {name: int(name in missing) for name in required}
         self._indexes_checked_at = self._cycle
         for name in missing:
             log.warning(
                 "index missing: per-cycle queries will scan the table; "
                 "create it from the shipped file",
-                extra={"fields": {"index": name, "file": INDEX_FILE}},
+                extra={"fields": {"index": name, "file": profile.index_file}},
             )
 
     def _failed(self, reason: str, message: str) -> None:
         health = self.health
         if health.up or health.last_error != message:
-            log.warning("collection failed", extra={"fields": {"reason": reason, "error": message}})
+            log.warning("collection failed", extra={"fields": {"reason": reason, "err": message}})
         health.up = False
         health.errors[reason] += 1
         health.last_error = message
+        self.last_error, self.last_error_at = message, time.time()
 
     async def wait_for_collections(self, count: int, limit: float = 30.0) -> None:
         """Wait until at least ``count`` collections have finished (tests use this)."""

@@ -1,8 +1,9 @@
-"""The running exporter: every watched queue (its pool and collection loop) and the web server.
+"""The running exporter: every watched queue, the board they publish to, and the web server.
 
-Each queue is collected on a loop of its own, with its own pool and timeouts, so a slow, locked
-or unreachable database never delays, hides or fails another queue. The web server reads the
-queues through the :class:`~exporter.web.exposition.StateSource` methods below.
+Each queue is collected on a loop of its own, so a slow, locked or unreachable database never
+delays, hides or fails another database's queues; queues kept in one database share its pool
+and lock session. Pollers publish each queue's view to the board; the web server reads only
+the board.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from exporter.board import Board
+from exporter.db import Connections
 from exporter.logs import reconfigure_logging
-from exporter.model import ConfigStatus, QueueStatus, QueueView
+from exporter.model import ConfigStatus
 from exporter.runtime import QueueRuntime
 from exporter.settings import (
     Change,
     ConfigError,
+    QueueSettings,
     ReloadPlan,
     Settings,
     plan_reload,
@@ -46,16 +50,20 @@ class Service:
         self.settings = settings
         self._load = load
         self._reloading = asyncio.Lock()
-        self._reloads = 0
         self._reload_tasks: set[asyncio.Task[str | None]] = set()
-        self.config_status = ConfigStatus(last_success_at=time.time())
-        # Render as soon as a collection ends (or leadership changes), so scrapes rarely see
-        # the previous rendering and never a stale verdict.
-        self.queues = [QueueRuntime(queue, self._changed) for queue in settings.queues]
-        self.web = WebServer(settings.web, self, sockets)
+        self.board = Board()
+        self.connections = Connections()
+        self.queues = [self._runtime(queue) for queue in settings.queues]
+        self.board.arrange([queue.name for queue in self.queues])
+        self.web = WebServer(settings.web, self.board, self.reload, sockets)
 
-    def _changed(self) -> None:
-        self.web.refresh()
+    def _runtime(self, queue: QueueSettings) -> QueueRuntime:
+        return QueueRuntime(queue, self.board, self.connections)
+
+    @property
+    def config_status(self) -> ConfigStatus:
+        """How the last load of the configuration went."""
+        return self.board.config
 
     def queue(self, name: str) -> QueueRuntime:
         """The runtime of the queue with this label."""
@@ -63,34 +71,6 @@ class Service:
             if queue.name == name:
                 return queue
         raise KeyError(name)
-
-    # --- StateSource, read by the web server -----------------------------------------------
-
-    def generation(self) -> Hashable:
-        """Changes whenever a collection of any queue finished, and at every reload."""
-        return (self._reloads, tuple(queue.poller.generation for queue in self.queues))
-
-    def verdict(self) -> Hashable:
-        """Each queue's leadership, up and freshness, and whether the last reload worked: the
-        part of /metrics that may never lag."""
-        queues = tuple((queue.name, queue.verdict()) for queue in self.queues)
-        return (self.config_status.successful, queues)
-
-    def views(self) -> Sequence[QueueView]:
-        """A copy of every queue's state, for rendering off the event loop."""
-        return [queue.view() for queue in self.queues]
-
-    def readiness(self) -> Sequence[tuple[str, str | None]]:
-        """(queue, None) for each ready queue, (queue, why not) for the others."""
-        return [(queue.name, queue.readiness()) for queue in self.queues]
-
-    def config(self) -> ConfigStatus:
-        """How the last load of the configuration went."""
-        return self.config_status
-
-    def queue_status(self) -> Sequence[QueueStatus]:
-        """Each queue as the status page shows it."""
-        return [queue.status() for queue in self.queues]
 
     async def reload(self) -> str | None:
         """Re-read the configuration and apply it whole; None, or why the old one still runs."""
@@ -107,7 +87,7 @@ class Service:
                     raise ConfigError(f"{keys}: changing it needs a restart")
                 self.web.check_config()
                 fresh = {
-                    q.name: QueueRuntime(q, self._changed)
+                    q.name: self._runtime(q)
                     for q in settings.queues
                     if plan.changes.get(q.name, Change.REPLACE) is Change.REPLACE
                 }
@@ -124,15 +104,15 @@ class Service:
 
     def _reload_failed(self, error: str) -> str:
         error = redact_dsn(error)
-        self.config_status = replace(
-            self.config_status, successful=False, last_error=error, last_failure_at=time.time()
-        )
         log.error(
             "configuration reload failed; the running configuration stays",
-            extra={"fields": {"error": error}},
+            extra={"fields": {"err": error}},
         )
-        self._reloads += 1
-        self.web.refresh()
+        self.board.publish_config(
+            replace(
+                self.config_status, successful=False, last_error=error, last_failure_at=time.time()
+            )
+        )
         return error
 
     async def _apply(
@@ -147,13 +127,12 @@ class Service:
             if change in (Change.LIVE, Change.RECONNECT):
                 await current[queue.name].reconfigure(queue, change)
         self.queues = [fresh.get(q.name) or current[q.name] for q in settings.queues]
+        self.board.arrange([queue.name for queue in self.queues])
         self.settings = settings
         self.web.apply(settings.web)
         for runtime in fresh.values():
             runtime.start()
-        self.config_status = ConfigStatus(last_success_at=time.time())
-        self._reloads += 1
-        self.web.refresh()
+        self.board.publish_config(ConfigStatus(last_success_at=time.time()))
         changed = {c.name.lower(): ",".join(plan.names(c)) for c in Change if c is not Change.SAME}
         fields = {"added": ",".join(plan.added), "removed": ",".join(plan.removed), **changed}
         log.info("configuration reloaded", extra={"fields": {k: v for k, v in fields.items() if v}})

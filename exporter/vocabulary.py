@@ -28,6 +28,11 @@ TERMINAL_STATUSES = (Status.DONE, Status.DEAD)
 
 # job_type label value of the job types beyond the label cap.
 OTHER = "other"
+# A text job type is untrusted input (whoever may enqueue writes it): its label keeps at most
+# this many characters. 128 holds the dotted task paths queue libraries use (well under 100)
+# and a readable legend; with the label cap, a scrape stays small whatever was enqueued.
+MAX_JOB_TYPE_LABEL = 128
+CUT_MARK = "\u2026"  # ends a label that was cut, so it never passes for the whole name
 
 # Why an attempt failed (jobqueue_job_failures_total, jobqueue_jobs_dead_total).
 DEADLINE = "deadline"
@@ -40,15 +45,26 @@ OVERRUN = "overrun"
 STUCK_REASONS = (LEASE_EXPIRED, OVERRUN)
 
 # Components of the cost counter; other = total - ai - proxy, so sum() is the total.
-COST_COMPONENTS = ("ai", "proxy", "other")
+COST_AI, COST_PROXY, COST_OTHER = "ai", "proxy", "other"
+COST_COMPONENTS = (COST_AI, COST_PROXY, COST_OTHER)
+
+# What the reference queue writes into last_error: the prefix of a job killed by its deadline,
+# and the marker the reaper appends once per lease-expired reclaim (the collect.* defaults).
+DEADLINE_PREFIX = "JobDeadlineExceeded"
+LEASE_EXPIRED_MARKER = " [lease-expired reclaim]"
 
 # Fields of result jsonb that can be malformed (field="result": not a JSON object).
 MALFORMED_FIELDS = ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
 
 # Why a collection failed (jobqueue_exporter_collection_errors_total).
-COLLECTION_ERROR_REASONS = (
-    "timeout", "lock", "connection", "query", "schema", "permission", "internal",
-)  # fmt: skip
+TIMEOUT = "timeout"
+LOCK = "lock"
+CONNECTION = "connection"
+QUERY = "query"
+SCHEMA = "schema"
+PERMISSION = "permission"
+INTERNAL = "internal"
+COLLECTION_ERROR_REASONS = (TIMEOUT, LOCK, CONNECTION, QUERY, SCHEMA, PERMISSION, INTERNAL)
 
 # The indexes the default profile's per-cycle queries need (exporter/sql/indexes.sql).
 ACTIVE_INDEX = "job_exporter_active_idx"
@@ -60,7 +76,7 @@ INDEX_FILE = "exporter/sql/indexes.sql"
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
-PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss")
+PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks")
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
 PROFILE_ALIASES = (("pg-boss", "pgboss"),)

@@ -13,6 +13,7 @@ import aiohttp
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.counting.transitions import TransitionCursor
 from exporter.db import Database
 from exporter.demo.fleet import Fleet
 from exporter.metrics import render
@@ -58,6 +59,13 @@ def fast_settings(dsn: str, **collect: object) -> Settings:
         queues=(fast_queue(dsn, **collect),),
         web=WebSettings(listen_address=("127.0.0.1:0",)),
     )
+
+
+def cursor(poller: Poller) -> TransitionCursor:
+    """The default profile's counting mode of a poller (its tracker and change cursor)."""
+    mode = poller.mode
+    assert isinstance(mode, TransitionCursor)
+    return mode
 
 
 def make_poller(settings: Settings | QueueSettings) -> Poller:

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from typing import Any
 
 from exporter.demo.fleet import Tally
+from exporter.demo.queue import JobQueue
 from exporter.poller import Poller
 from tests.conftest import fetch
+
+DEAD_COUNT = "SELECT job_type, count(*) AS n FROM job WHERE status = 4 GROUP BY 1"
 
 
 def expected(truth: Tally, poller: Poller) -> dict[str, object]:
@@ -32,7 +36,7 @@ def expected(truth: Tally, poller: Poller) -> dict[str, object]:
     return out
 
 
-def _fold(counter: Counter[int], label: object) -> Counter[str]:
+def _fold(counter: Counter[Any], label: object) -> Counter[str]:
     out: Counter[str] = Counter()
     for jt, n in counter.items():
         out[label(jt)] += n  # type: ignore[operator]
@@ -75,9 +79,11 @@ def assert_exact(poller: Poller, truth: Tally) -> None:
                 assert cumulative == sum(1 for v in values if v <= bound), (name, lab, le)
 
 
-async def assert_dead_gauge_matches_table(poller: Poller, dsn: str) -> None:
+async def assert_dead_gauge_matches_table(
+    poller: Poller, dsn: str, queue: type[JobQueue] = JobQueue
+) -> None:
     """The dead-letter gauge, kept from transitions between recounts, equals the table."""
-    rows = await fetch(dsn, "SELECT job_type, count(*) AS n FROM job WHERE status = 4 GROUP BY 1")
+    rows = await fetch(dsn, getattr(queue, "DEAD_COUNT", DEAD_COUNT))
     assert poller.snapshot is not None
     assert {k: v for k, v in (poller.snapshot.dead or {}).items() if v} == {
         r["job_type"]: r["n"] for r in rows

@@ -15,10 +15,9 @@ See docs/exactness.md for the whole argument.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+
+from exporter.counting.horizon import Horizon
 
 # pg_stat_activity publishes xact_start a few microseconds after the transaction took it: the
 # bound keeps this much slack. (The rows above the bound are read too, and read again when the
@@ -28,21 +27,6 @@ MARGIN = 0.25
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 # The smallest uuid: a key (t, NIL) sorts before every row stamped t.
 NIL = "00000000-0000-0000-0000-000000000000"
-
-
-@dataclass(frozen=True)
-class Horizon:
-    """What the autocommit horizon statement read."""
-
-    now: datetime
-    lower_bound: datetime  # least(now(), xact_start of every other open transaction)
-    hidden: int  # sessions of this database whose xact_start this role may not read
-    prepared: int  # prepared (two-phase) transactions: invisible to pg_stat_activity
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> Horizon:
-        """Parse the row of the ``horizon`` query."""
-        return cls(row["now"], row["lower_bound"], int(row["hidden"]), int(row["prepared"]))
 
 
 Key = tuple[datetime, str]
@@ -58,7 +42,7 @@ class ChangeFeed:
         self.key: Key | None = None  # everything at or below it has been read
         self.end: datetime | None = None  # exclusive upper bound of this cycle's reads
         self.origin: datetime | None = None  # the baseline's bound: older rows are history
-        self.horizon: Horizon | None = None
+        self.horizon: Horizon[datetime] | None = None
         self.caught_up = True
         self.rows_read = 0  # in total, for jobqueue_exporter_rows_read_total
 
@@ -67,13 +51,14 @@ class ChangeFeed:
         """True once a baseline fixed the cursor's start."""
         return self.key is not None
 
-    def plan(self, horizon: Horizon) -> None:
+    def plan(self, horizon: Horizon[datetime]) -> None:
         """Fix this cycle's upper bound from the horizon read just before the snapshot."""
         self.horizon = horizon
         self.caught_up = True
         bound = horizon.lower_bound
         if horizon.hidden:
             # Sessions we cannot see may hold older transactions: fall back to the time tolerance.
+            assert horizon.now is not None
             bound = min(bound, horizon.now - timedelta(seconds=self.tolerance))
         end = bound - timedelta(seconds=self.margin)
         if self.end is not None:
@@ -125,6 +110,6 @@ class ChangeFeed:
 
     def lag(self) -> float:
         """Seconds between the snapshot's now() and the cursor: how far behind the reads are."""
-        if self.key is None or self.horizon is None:
+        if self.key is None or self.horizon is None or self.horizon.now is None:
             return 0.0
         return max(0.0, (self.horizon.now - self.key[0]).total_seconds())

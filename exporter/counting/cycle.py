@@ -6,9 +6,12 @@ docs/presets.md, "Interface") and passes the rows back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+from exporter.model import Snapshot
+from exporter.vocabulary import SCHEMA
 
 Row = Mapping[str, Any]
 Results = Mapping[str, Sequence[Row]]
@@ -20,7 +23,7 @@ class CountingError(Exception):
     ``reason`` is the collection-error reason the exporter reports it under.
     """
 
-    def __init__(self, message: str, reason: str = "schema") -> None:
+    def __init__(self, message: str, reason: str = SCHEMA) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -36,3 +39,44 @@ class Query:
     name: str
     sql: str
     args: tuple[Any, ...] = ()
+    # A follow-up read (the next chunk of changes): the runner may leave it unrun once the
+    # cycle's read budget is spent, and sends None back instead of rows.
+    deferrable: bool = False
+
+
+@dataclass
+class Collected:
+    """What one cycle of a counting mode produced: the gauges now, and how the counting went.
+
+    The counts themselves went straight into the queue's Tallies while the rows came in.
+    """
+
+    snapshot: Snapshot
+    counting: bool = True  # False until the mode has a safe baseline
+    rows_read: int = 0  # rows of changes or events read this cycle
+    lag: float = 0.0  # database seconds between the snapshot and the cursor
+    behind: bool = False  # stopped before the cursor reached its bound: go on at once
+    warnings: tuple[str, ...] = ()  # conditions worth one log line each while they last
+
+
+# A cycle yields the statements of the read-only transaction one at a time and receives each
+# one's rows (None for a deferrable statement the read budget left unrun); it returns what it
+# collected. Later statements may depend on rows already read (chunks of changes).
+Cycle = Generator[Query, Sequence[Row] | None, Collected]
+
+
+class CountingMode(Protocol):
+    """One queue's counting, cycle by cycle, with no I/O (docs/presets.md, "Interface")."""
+
+    def horizon_query(self) -> Query:
+        """The statement to run in autocommit, before the cycle's snapshot."""
+        ...
+
+    def cycle(self, horizon: Row) -> Cycle:
+        """The cycle's REPEATABLE READ, READ ONLY transaction, given the horizon's row."""
+        ...
+
+    @property
+    def tracked(self) -> int | None:
+        """How many jobs' last state is kept (None: the mode keeps no such set)."""
+        ...

@@ -25,33 +25,51 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, TypeVar
 
 from exporter.counting.cycle import PresetError, Row
+from exporter.vocabulary import PERMISSION
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes
 # its start timestamp; a bound used against now()-stamped columns keeps this much slack.
 TIMESTAMP_MARGIN = 1.0
+T = TypeVar("T", datetime, float)
 # xid8 values are 64-bit; row xmins are their low 32 bits.
 XID_MODULUS = 1 << 32
 
 
 @dataclass(frozen=True)
-class Horizon:
-    """What the autocommit horizon statement read."""
+class Horizon(Generic[T]):
+    """What the autocommit horizon statement read: timestamps (``datetime``) for the transition
+    cursor over ``updated_at``, Unix seconds (``float``) for the presets' cursors."""
 
-    lower_bound: float
-    prepared: int
+    lower_bound: T  # least(now(), xact_start of every other open transaction)
+    prepared: int  # prepared (two-phase) transactions: invisible to pg_stat_activity
+    hidden: int = 0  # sessions of this database whose xact_start this role may not read
+    now: T | None = None
     last_id: int | None = None
     read_at: float | None = None
 
-    @classmethod
-    def from_row(cls, row: Row) -> Horizon:
-        """Parse the horizon row; refuse when other sessions are hidden from this role."""
+    @staticmethod
+    def of_timestamps(row: Row) -> Horizon[datetime]:
+        """Parse the default profile's ``horizon`` row; hidden sessions are allowed (the cursor
+        falls back to collect.commit_lag_tolerance)."""
+        return Horizon(
+            lower_bound=row["lower_bound"],
+            prepared=int(row["prepared"]),
+            hidden=int(row["hidden"]),
+            now=row["now"],
+        )
+
+    @staticmethod
+    def from_row(row: Row) -> Horizon[float]:
+        """Parse a preset's horizon row; refuse when other sessions are hidden from this role."""
         if int(row["hidden"]):
             raise PresetError(
                 f"{row['hidden']} sessions of this database are hidden in pg_stat_activity: "
                 "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role",
-                reason="permission",
+                reason=PERMISSION,
             )
         cache = row.get("id_cache")
         if cache is not None and int(cache) > 1:
@@ -60,7 +78,7 @@ class Horizon:
             raise PresetError(f"the event id sequence caches {cache} values; it must cache 1")
         last_id = row.get("last_id")
         read_at = row.get("read_at")
-        return cls(
+        return Horizon(
             lower_bound=float(row["lower_bound"]),
             prepared=int(row["prepared"]),
             last_id=int(last_id) if last_id is not None else None,
@@ -81,9 +99,9 @@ class IdWatermark:
     watermark: int | None = None
     consumed: set[int] = field(default_factory=set)
     points: list[tuple[float, int]] = field(default_factory=list)  # (read_at, last_id)
-    horizon: Horizon | None = None
+    horizon: Horizon[float] | None = None
 
-    def note(self, horizon: Horizon) -> None:
+    def note(self, horizon: Horizon[float]) -> None:
         """Remember this cycle's horizon and its (read_at, last_id) point."""
         self.horizon = horizon
         if horizon.read_at is not None:

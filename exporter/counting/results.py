@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 
 from exporter.model import Figures
+from exporter.vocabulary import COST_AI, COST_OTHER, COST_PROXY, DEADLINE, ERROR
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,10 @@ class ResultPaths:
     ai_usd: tuple[str, ...] = ("metrics", "cost", "ai_usd")
     proxy_usd: tuple[str, ...] = ("metrics", "cost", "proxy_usd")
     total_usd: tuple[str, ...] = ("metrics", "cost", "total_usd")
+
+    def as_tuple(self) -> tuple[tuple[str, ...], ...]:
+        """The four paths in the order the change query takes them."""
+        return (self.duration_ms, self.ai_usd, self.proxy_usd, self.total_usd)
 
 
 @dataclass(frozen=True)
@@ -80,14 +85,14 @@ def _outcome(found: dict[str, float | None]) -> Outcome:
             values[name] = value
     cost: dict[str, float] = {}
     if "ai_usd" in values:
-        cost["ai"] = values["ai_usd"]
+        cost[COST_AI] = values["ai_usd"]
     if "proxy_usd" in values:
-        cost["proxy"] = values["proxy_usd"]
+        cost[COST_PROXY] = values["proxy_usd"]
     if "total_usd" in values:
         # A malformed component counts as 0 here, so sum() over components still gives the total.
-        other = values["total_usd"] - cost.get("ai", 0.0) - cost.get("proxy", 0.0)
+        other = values["total_usd"] - cost.get(COST_AI, 0.0) - cost.get(COST_PROXY, 0.0)
         if other > 0:
-            cost["other"] = other
+            cost[COST_OTHER] = other
     duration = values["duration_ms"] / 1000.0 if "duration_ms" in values else None
     return Outcome(duration, cost, tuple(malformed))
 
@@ -128,4 +133,4 @@ def split_error(text: str | None, marker: str) -> ErrorText:
 
 def classify(base: str, deadline_prefix: str) -> str:
     """Reason of a failure set by the worker: deadline when the message says so, else error."""
-    return "deadline" if base.startswith(deadline_prefix) else "error"
+    return DEADLINE if base.startswith(deadline_prefix) else ERROR

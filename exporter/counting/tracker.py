@@ -21,7 +21,17 @@ from exporter.counting.results import (
     decode_result,
     split_error,
 )
-from exporter.model import DEAD, DONE, PENDING, RUNNING, JobRow, JobTypeLabels, Tallies
+from exporter.model import (
+    DEAD,
+    DONE,
+    PENDING,
+    RUNNING,
+    JobRow,
+    JobType,
+    JobTypeLabels,
+    Tallies,
+)
+from exporter.vocabulary import DEADLINE_PREFIX, ERROR, LEASE_EXPIRED, LEASE_EXPIRED_MARKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +69,8 @@ class TrackerOptions:
     """The settings the tracker needs."""
 
     commit_lag_tolerance: float
-    deadline_prefix: str = "JobDeadlineExceeded"
-    lease_marker: str = " [lease-expired reclaim]"
+    deadline_prefix: str = DEADLINE_PREFIX
+    lease_marker: str = LEASE_EXPIRED_MARKER
     paths: ResultPaths = field(default_factory=ResultPaths)
 
 
@@ -81,7 +91,7 @@ class Tracker:
         self._floor: float | None = None
         # Change in the number of DEAD rows per job_type since the reader last cleared it, so
         # the dead-letter gauge can be kept current without counting the dead letter every cycle.
-        self.dead_delta: Counter[int] = Counter()
+        self.dead_delta: Counter[JobType] = Counter()
 
     @property
     def started(self) -> bool:
@@ -235,7 +245,7 @@ class Tracker:
         error = split_error(row.last_error, self.options.lease_marker)
         reclaims = min(failures, error.reclaims)
         if reclaims:
-            self.tallies.failures[(label, "lease_expired")] += reclaims
+            self.tallies.failures[(label, LEASE_EXPIRED)] += reclaims
         rest = failures - reclaims
         if rest:
             reason = self._reason_of_unseen(row, previous)
@@ -246,12 +256,12 @@ class Tracker:
             base = split_error(text, self.options.lease_marker).base
             if base:
                 return classify(base, self.options.deadline_prefix)
-        return "error"
+        return ERROR
 
     def _latest_reason(self, row: JobRow) -> str:
         error = split_error(row.last_error, self.options.lease_marker)
         if error.reclaims:
-            return "lease_expired"
+            return LEASE_EXPIRED
         return classify(error.base, self.options.deadline_prefix)
 
     def _count_completion(self, row: JobRow, label: str) -> None:

@@ -1,13 +1,19 @@
-"""The session that holds a queue's advisory lock (leader election's database side)."""
+"""The session that holds the queues' advisory locks (leader election's database side).
+
+One session per database holds the lock of every queue kept in it (one lock per table); each
+queue's election works through a :class:`TableLock` handle on it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
 
 from exporter.db.pool import APPLICATION_NAME, ConnectOptions, DatabaseError, translate
+from exporter.vocabulary import SCHEMA
 
 # 'JQEX': the first key of the two-int advisory lock, so ours never collides with locks the
 # queue's own code takes; the second key is the queue table's OID (unique in its database).
@@ -30,48 +36,53 @@ SELECT EXISTS (
 
 
 class LockSession:
-    """A session of its own that takes the queue's advisory lock and holds it while it lives.
+    """A session of its own that takes advisory locks, one per queue table, and holds them
+    while it lives.
 
     PostgreSQL frees a session-level advisory lock when the session ends (process killed,
-    connection cut, server restarted), so whoever holds it is the one live collector of the
-    queue. Only ``pg_try_advisory_lock`` is used: a standby never waits on a lock.
+    connection cut, server restarted), so whoever holds a table's lock is the one live collector
+    of that queue. Only ``pg_try_advisory_lock`` is used: a standby never waits on a lock.
     """
 
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
         self._conn: Any = None
-        self._key: int | None = None
-        self._busy = asyncio.Lock()  # the election loop and the collection guard share it
+        self._keys: dict[str, int] = {}  # table -> OID
+        self._busy = asyncio.Lock()  # the elections and the collection guards share it
+        self.users = 0  # handles attached; the session closes when the last one detaches
 
-    async def try_acquire(self) -> bool:
-        """Take the lock if it is free; True when this session holds it. DatabaseError if the
-        database cannot be reached or the table does not exist."""
+    def lock(self, table: str) -> TableLock:
+        """A handle on the lock of one queue table."""
+        self.users += 1
+        return TableLock(self, table)
+
+    async def try_acquire(self, table: str) -> bool:
+        """Take ``table``'s lock if it is free; True when this session holds it. DatabaseError
+        if the database cannot be reached or the table does not exist."""
         async with self._busy:
             try:
                 async with asyncio.timeout(
                     self.options.connect_timeout + self.options.statement_timeout
                 ):
                     conn = await self._connection()
-                    if self._key is None:
-                        oid = await conn.fetchval(
-                            "SELECT to_regclass($1)::oid::int4", self.options.table
-                        )
+                    key = self._keys.get(table)
+                    if key is None:
+                        oid = await conn.fetchval("SELECT to_regclass($1)::oid::int4", table)
                         if oid is None:
-                            raise DatabaseError(
-                                "schema", f"table {self.options.table} does not exist"
-                            )
-                        self._key = int(oid)
+                            # The session is fine: the other queues' locks stay held.
+                            raise DatabaseError(SCHEMA, f"table {table} does not exist")
+                        key = self._keys[table] = int(oid)
                     return bool(
-                        await conn.fetchval(
-                            "SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, self._key
-                        )
+                        await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", LOCK_CLASS, key)
                     )
+            except DatabaseError:
+                raise
             except Exception as exc:
                 await self._drop()
                 raise translate(exc) from None
 
     async def ping(self) -> None:
-        """Reach the database without taking the lock; DatabaseError when it cannot."""
+        """Reach the database without taking a lock; DatabaseError when it cannot."""
         async with self._busy:
             try:
                 async with asyncio.timeout(
@@ -82,29 +93,45 @@ class LockSession:
                 await self._drop()
                 raise translate(exc) from None
 
-    async def holds(self) -> bool:
-        """True when this session is alive and holds the lock; False (and the session closed)
-        on any doubt, so a holder that cannot prove it steps down."""
+    async def holds(self, table: str) -> bool:
+        """True when this session is alive and holds ``table``'s lock; False on any doubt (a
+        session that cannot answer is closed, so a holder that cannot prove it steps down)."""
         async with self._busy:
-            if self._conn is None or self._key is None:
+            key = self._keys.get(table)
+            if self._conn is None or key is None:
                 return False
             try:
                 async with asyncio.timeout(self.options.statement_timeout):
-                    held = bool(await self._conn.fetchval(_HOLDS, LOCK_CLASS, self._key))
+                    return bool(await self._conn.fetchval(_HOLDS, LOCK_CLASS, key))
             except Exception:
-                held = False
-            if not held:
                 await self._drop()
-            return held
+                return False
+
+    async def release(self, table: str) -> None:
+        """Give up ``table``'s lock; the session ends with the last handle."""
+        async with self._busy:
+            self.users -= 1
+            key = self._keys.pop(table, None)
+            if self.users <= 0:
+                await self._drop()
+            elif key is not None and self._conn is not None:
+                try:
+                    async with asyncio.timeout(self.options.statement_timeout):
+                        await self._conn.fetchval(
+                            "SELECT pg_advisory_unlock($1, $2)", LOCK_CLASS, key
+                        )
+                except Exception:
+                    await self._drop()  # ending the session frees the lock as well
 
     async def close(self) -> None:
-        """Release the lock by ending the session."""
+        """Release every lock by ending the session."""
         async with self._busy:
             await self._drop()
 
     async def _connection(self) -> Any:
         if self._conn is None or self._conn.is_closed():
             opts = self.options
+            self._keys.clear()  # looked up again on the new session
             self._conn = await asyncpg.connect(
                 dsn=opts.dsn,
                 timeout=opts.connect_timeout,
@@ -124,3 +151,35 @@ class LockSession:
                 await asyncio.wait_for(conn.close(), 2.0)
             except Exception:
                 conn.terminate()
+
+
+class TableLock:
+    """One queue's advisory lock on a shared :class:`LockSession`."""
+
+    def __init__(self, session: LockSession, table: str) -> None:
+        self.session = session
+        self.table = table
+        self._closed = False
+
+    @property
+    def options(self) -> ConnectOptions:
+        """How the session connects (the queue's table included)."""
+        return replace(self.session.options, table=self.table)
+
+    async def try_acquire(self) -> bool:
+        """Take the queue's lock if it is free; True when held."""
+        return await self.session.try_acquire(self.table)
+
+    async def holds(self) -> bool:
+        """True when the session is alive and holds the queue's lock."""
+        return await self.session.holds(self.table)
+
+    async def ping(self) -> None:
+        """Reach the database without taking the lock."""
+        await self.session.ping()
+
+    async def close(self) -> None:
+        """Give up the queue's lock (once)."""
+        if not self._closed:
+            self._closed = True
+            await self.session.release(self.table)

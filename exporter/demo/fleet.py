@@ -19,17 +19,12 @@ from typing import Any
 
 import asyncpg
 
+from exporter.demo.hazards import ORDINARY_ERRORS, Hazards
 from exporter.demo.queue import DEADLINE_ERROR, JobQueue, Transition
 from exporter.demo.tally import Tally, cost_components, failure_reason, result_fields
 
 log = logging.getLogger(__name__)
 
-ORDINARY_ERRORS = (
-    "TimeoutError: upstream did not answer in 30s",
-    "ConnectionResetError: proxy closed the connection",
-    "ValueError: price not found on page",
-    "HTTPError: 503 Service Unavailable",
-)
 MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
 
 
@@ -72,13 +67,19 @@ class FleetConfig:
         return cls(**values)
 
 
-class Fleet:
+class Fleet(Hazards):
     """Workers, an enqueuer, a reaper and an operator running against one database."""
 
     def __init__(
-        self, dsn: str, config: FleetConfig | None = None, tally: Tally | None = None
+        self,
+        dsn: str,
+        config: FleetConfig | None = None,
+        tally: Tally | None = None,
+        queue: type[JobQueue] = JobQueue,
     ) -> None:
+        """``queue``: whose statements drive the table (JobQueue's, for the job table)."""
         self.dsn = dsn
+        self.queue = queue
         self.config = config or FleetConfig()
         self.tally = tally if tally is not None else Tally()
         self.errors = 0  # database errors; the tally is exact only while this stays 0
@@ -89,7 +90,7 @@ class Fleet:
         self._idle = asyncio.Event()
         self._idle.set()
         self._inflight = 0
-        self._reserved: set[uuid.UUID] = set()  # jobs driven by hazard helpers only
+        self._reserved: set[Any] = set()  # jobs driven by hazard helpers only
         self._serial = 0
         self._recent_keys: list[str] = []
 
@@ -152,7 +153,7 @@ class Fleet:
         self._idle.clear()
         try:
             async with self._connection() as conn:
-                yield JobQueue(conn, backoff_base=self.config.backoff_base)
+                yield self.queue(conn, backoff_base=self.config.backoff_base)
         finally:
             self._inflight -= 1
             if self._inflight == 0:
@@ -307,13 +308,7 @@ class Fleet:
         async def body() -> None:
             await asyncio.sleep(self.config.operator_interval)
             async with self._transaction() as queue:
-                rows = await queue.conn.fetch(
-                    "SELECT job_id, updated_at FROM job WHERE status = 4"
-                    " AND updated_at < now() - make_interval(secs => $2)"
-                    " AND NOT (job_id = ANY($1::uuid[])) ORDER BY updated_at DESC LIMIT 50",
-                    list(self._reserved),
-                    self.config.requeue_after,
-                )
+                rows = await queue.dead_letters(self._reserved, self.config.requeue_after)
             for row in rows:
                 # Each death is considered once, as an operator would look at it once.
                 if (row["job_id"], row["updated_at"]) in seen:
@@ -324,94 +319,6 @@ class Fleet:
                         self._record([await queue.requeue(row["job_id"])])
 
         await self._guarded(body)
-
-    # -- hazards for tests -------------------------------------------------------------
-
-    async def _reserved_job(self, queue: JobQueue, job_type: int, max_attempts: int) -> Transition:
-        """Enqueue a job that the fleet's own processes will leave alone."""
-        job_id = uuid.uuid4()
-        self._reserved.add(job_id)
-        job = await queue.enqueue(
-            job_type, {"hazard": True}, max_attempts=max_attempts, job_id=job_id
-        )
-        assert job is not None  # no dedupe_key, so it cannot be skipped
-        self._record([job])
-        return job
-
-    async def commit_late(
-        self,
-        delay_s: float,
-        *,
-        job_type: int = 1,
-        action: str = "complete",
-        executed: asyncio.Event | None = None,
-    ) -> Transition:
-        """Make one transition whose transaction sleeps ``delay_s`` before COMMIT.
-
-        ``action`` is ``enqueue``, ``complete`` or ``fail`` (a job with max_attempts 1, so it
-        dies). ``updated_at = now()`` is the transaction's start, so the row becomes visible
-        seconds after the time it claims; ``executed`` is set once the statement ran.
-        """
-        async with self._connection() as conn:
-            queue = JobQueue(conn, backoff_base=0.0)
-            job: Transition | None = None
-            if action != "enqueue":
-                job = await self._reserved_job(queue, job_type, max_attempts=1)
-                claimed = await queue.claim("late-worker", 60.0, job_id=job.job_id)
-                self._record([claimed])
-            async with conn.transaction():
-                if action == "enqueue":
-                    done = await queue.enqueue(job_type, {"hazard": "late"}, max_attempts=1)
-                elif action == "complete" and job is not None:
-                    done = await queue.complete(job.job_id, "late-worker", self._result(0.5))
-                elif action == "fail" and job is not None:
-                    done = await queue.fail(job.job_id, "late-worker", ORDINARY_ERRORS[0])
-                else:
-                    raise ValueError(f"unknown action {action!r}")
-                if executed is not None:
-                    executed.set()
-                await asyncio.sleep(delay_s)
-            assert done is not None
-            self._record([done])
-            return done
-
-    async def burst(self, job_type: int) -> list[Transition]:
-        """Drive one job through 4 failures (error, lease, deadline, lease) and a completion."""
-        steps: list[Transition] = []
-        async with self._connection() as conn:
-            queue = JobQueue(conn, backoff_base=0.0)
-            job = await self._reserved_job(queue, job_type, max_attempts=5)
-            steps.append(job)
-            for step in ("fail", "die", "deadline", "die", "complete"):
-                worker = f"burst-{step}"
-                lease = 0.0 if step == "die" else 60.0
-                # Backoff and lease are zero, so the next statement's now() is normally past
-                # them already; retry the few times it is not.
-                for _ in range(1000):
-                    if claimed := await queue.claim(worker, lease, job_id=job.job_id):
-                        break
-                steps.append(_must(claimed))
-                if step == "die":
-                    for _ in range(1000):
-                        if reaped := await queue.reap(job_id=job.job_id):
-                            break
-                    steps.append(_must(reaped[0] if reaped else None))
-                elif step == "complete":
-                    steps.append(
-                        _must(await queue.complete(job.job_id, worker, self._result(0.01)))
-                    )
-                else:
-                    error = DEADLINE_ERROR if step == "deadline" else ORDINARY_ERRORS[1]
-                    steps.append(_must(await queue.fail(job.job_id, worker, error)))
-        self._record(steps[1:])  # the enqueue was recorded by _reserved_job
-        return steps
-
-
-def _must(transition: Transition | None) -> Transition:
-    """A transition the hazard helper owns cannot be refused; if it is, say so loudly."""
-    if transition is None:
-        raise RuntimeError("hazard transition refused: the job was taken by someone else")
-    return transition
 
 
 __all__ = [

@@ -17,12 +17,13 @@ from typing import Any
 
 import asyncpg
 
-PENDING, RUNNING, DONE, DEAD = 1, 2, 3, 4
-NOTIFY_CHANNEL = "lps_job"
-DEADLINE_ERROR = "JobDeadlineExceeded: ran longer than 300s"
-LEASE_EXPIRED_MARKER = " [lease-expired reclaim]"
+from exporter.vocabulary import DEADLINE_PREFIX, LEASE_EXPIRED_MARKER, Status
 
-SCHEMA_FILE = Path(__file__).with_name("schema.sql")
+PENDING, RUNNING, DONE, DEAD = (int(status) for status in Status)
+NOTIFY_CHANNEL = "lps_job"
+DEADLINE_ERROR = f"{DEADLINE_PREFIX}: ran longer than 300s"
+
+SCHEMA_FILE = Path(__file__).parent.parent / "sql" / "schema.sql"
 INDEXES_FILE = Path(__file__).parent.parent / "sql" / "indexes.sql"
 
 _ROW = """job_id, job_type, status, attempts, max_attempts, worker_id, created_at, run_after,
@@ -33,15 +34,16 @@ _ROW = """job_id, job_type, status, attempts, max_attempts, worker_id, created_a
 _ENQUEUE = f"""
 INSERT INTO job (job_id, job_type, priority, payload, dedupe_key, max_attempts)
 VALUES (coalesce($1::uuid, gen_random_uuid()), $2, $3, $4::jsonb, $5, $6)
-ON CONFLICT (dedupe_key) WHERE status IN (1, 2) AND dedupe_key IS NOT NULL DO NOTHING
+ON CONFLICT (dedupe_key) WHERE status IN ({PENDING}, {RUNNING}) AND dedupe_key IS NOT NULL
+DO NOTHING
 RETURNING {_ROW}
 """
 _CLAIM = f"""
-UPDATE job SET status = 2, worker_id = $1, lease_until = now() + make_interval(secs => $2),
+UPDATE job SET status = {RUNNING}, worker_id = $1, lease_until = now() + make_interval(secs => $2),
     run_started_at = now(), attempts = attempts + 1, updated_at = now()
 WHERE job_id = (
     SELECT job_id FROM job
-    WHERE status = 1 AND run_after <= now()
+    WHERE status = {PENDING} AND run_after <= now()
       AND ($3::uuid IS NULL OR job_id = $3) AND NOT (job_id = ANY($4::uuid[]))
     ORDER BY priority, created_at
     FOR UPDATE SKIP LOCKED
@@ -51,40 +53,47 @@ RETURNING {_ROW}
 """
 _RENEW = f"""
 UPDATE job SET lease_until = now() + make_interval(secs => $3), updated_at = now()
-WHERE job_id = $1 AND worker_id = $2 AND status = 2
+WHERE job_id = $1 AND worker_id = $2 AND status = {RUNNING}
 RETURNING {_ROW}
 """
 _COMPLETE = f"""
-UPDATE job SET status = 3, result = $3::jsonb, lease_until = NULL, worker_id = NULL,
+UPDATE job SET status = {DONE}, result = $3::jsonb, lease_until = NULL, worker_id = NULL,
     updated_at = now()
-WHERE job_id = $1 AND status = 2 AND worker_id = $2
+WHERE job_id = $1 AND status = {RUNNING} AND worker_id = $2
 RETURNING {_ROW}
 """
 _FAIL = f"""
 UPDATE job SET
-    status = CASE WHEN attempts >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     run_after = CASE WHEN attempts >= max_attempts THEN run_after
         ELSE now() + make_interval(secs => least(600, $4 * power(2, greatest(attempts - 1, 0))))
         END,
     last_error = $3, lease_until = NULL, worker_id = NULL, updated_at = now()
-WHERE job_id = $1 AND status = 2 AND worker_id = $2
+WHERE job_id = $1 AND status = {RUNNING} AND worker_id = $2
 RETURNING {_ROW}
 """
 _REAP = f"""
 UPDATE job SET
-    status = CASE WHEN attempts >= max_attempts THEN 4 ELSE 1 END,
+    status = CASE WHEN attempts >= max_attempts THEN {DEAD} ELSE {PENDING} END,
     run_after = now(),
     last_error = coalesce(last_error, '') || '{LEASE_EXPIRED_MARKER}',
     lease_until = NULL, worker_id = NULL, updated_at = now()
-WHERE status = 2 AND lease_until IS NOT NULL AND lease_until < now()
+WHERE status = {RUNNING} AND lease_until IS NOT NULL AND lease_until < now()
   AND ($1::uuid IS NULL OR job_id = $1) AND NOT (job_id = ANY($2::uuid[]))
 RETURNING {_ROW}
 """
 _REQUEUE = f"""
-UPDATE job SET status = 1, attempts = 0, run_after = now(), lease_until = NULL,
+UPDATE job SET status = {PENDING}, attempts = 0, run_after = now(), lease_until = NULL,
     worker_id = NULL, run_started_at = NULL, last_error = NULL, updated_at = now()
-WHERE job_id = $1 AND status = 4
+WHERE job_id = $1 AND status = {DEAD}
 RETURNING {_ROW}
+"""
+# The operator's list of dead letters (the queue's admin job list, filtered on DEAD).
+_DEAD_LETTERS = f"""
+SELECT job_id, updated_at FROM job
+WHERE status = {DEAD} AND updated_at < now() - make_interval(secs => $2)
+  AND NOT (job_id = ANY($1::uuid[]))
+ORDER BY updated_at DESC LIMIT 50
 """
 
 
@@ -93,8 +102,8 @@ class Transition:
     """One committed change of a job row, as its RETURNING clause reported it."""
 
     kind: str  # enqueue | claim | renew | complete | fail | reap | requeue
-    job_id: uuid.UUID
-    job_type: int
+    job_id: Any  # uuid.UUID in the job table
+    job_type: int | str
     status: int
     attempts: int
     max_attempts: int
@@ -130,7 +139,24 @@ class Transition:
 
 
 class JobQueue:
-    """The queue's transitions on one asyncpg connection (in the caller's transaction, if any)."""
+    """The queue's transitions on one asyncpg connection (in the caller's transaction, if any).
+
+    The statements are class attributes, so a test can run the same machine on a table of
+    another shape (tests/mapped_queue.py) by translating them.
+    """
+
+    ENQUEUE, CLAIM, RENEW, COMPLETE = _ENQUEUE, _CLAIM, _RENEW, _COMPLETE
+    FAIL, REAP, REQUEUE, DEAD_LETTERS = _FAIL, _REAP, _REQUEUE, _DEAD_LETTERS
+
+    @classmethod
+    def job_type_of(cls, number: int) -> int | str:
+        """The value the table stores for the fleet's job type ``number``."""
+        return number
+
+    @classmethod
+    def new_id(cls) -> Any:
+        """A fresh job_id, for jobs a hazard helper enqueues under an id it knows."""
+        return uuid.uuid4()
 
     def __init__(self, conn: asyncpg.Connection, *, backoff_base: float = 5.0) -> None:
         self.conn = conn
@@ -149,8 +175,8 @@ class JobQueue:
         """Insert a pending job; None when an active job already holds the dedupe_key."""
         async with self.conn.transaction():
             row = await self.conn.fetchrow(
-                _ENQUEUE, job_id, job_type, priority, json.dumps(payload or {}),
-                dedupe_key, max_attempts,
+                self.ENQUEUE, job_id, self.job_type_of(job_type), priority,
+                json.dumps(payload or {}), dedupe_key, max_attempts,
             )  # fmt: skip
             if row is None:
                 return None
@@ -167,43 +193,51 @@ class JobQueue:
         exclude: Collection[uuid.UUID] = (),
     ) -> Transition | None:
         """Take the next claimable pending job (or the given one); None when there is none."""
-        row = await self.conn.fetchrow(_CLAIM, worker_id, lease_seconds, job_id, list(exclude))
+        row = await self.conn.fetchrow(self.CLAIM, worker_id, lease_seconds, job_id, list(exclude))
         return None if row is None else Transition.from_row("claim", row)
 
     async def renew(
         self, job_id: uuid.UUID, worker_id: str, lease_seconds: float
     ) -> Transition | None:
         """Push the lease forward; None when the worker no longer owns the job."""
-        row = await self.conn.fetchrow(_RENEW, job_id, worker_id, lease_seconds)
+        row = await self.conn.fetchrow(self.RENEW, job_id, worker_id, lease_seconds)
         return None if row is None else Transition.from_row("renew", row)
 
     async def complete(self, job_id: uuid.UUID, worker_id: str, result: Any) -> Transition | None:
         """Store the result and mark the job done; None when the worker no longer owns it."""
-        row = await self.conn.fetchrow(_COMPLETE, job_id, worker_id, json.dumps(result))
+        row = await self.conn.fetchrow(self.COMPLETE, job_id, worker_id, json.dumps(result))
         return None if row is None else Transition.from_row("complete", row)
 
     async def fail(self, job_id: uuid.UUID, worker_id: str, error: str) -> Transition | None:
         """Retry after backoff, or dead-letter when attempts are used up; None when not owned."""
-        row = await self.conn.fetchrow(_FAIL, job_id, worker_id, error[:2000], self.backoff_base)
+        row = await self.conn.fetchrow(
+            self.FAIL, job_id, worker_id, error[:2000], self.backoff_base
+        )
         return None if row is None else Transition.from_row("fail", row)
 
     async def reap(
         self, *, job_id: uuid.UUID | None = None, exclude: Collection[uuid.UUID] = ()
     ) -> list[Transition]:
         """Reclaim running jobs whose lease ran out (their worker died)."""
-        rows = await self.conn.fetch(_REAP, job_id, list(exclude))
+        rows = await self.conn.fetch(self.REAP, job_id, list(exclude))
         return [Transition.from_row("reap", row) for row in rows]
 
     async def requeue(self, job_id: uuid.UUID) -> Transition | None:
         """Put a dead job back to pending; None when it is not dead or its dedupe_key is taken."""
         try:
             async with self.conn.transaction():
-                row = await self.conn.fetchrow(_REQUEUE, job_id)
+                row = await self.conn.fetchrow(self.REQUEUE, job_id)
                 if row is not None:
                     await self.conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
         except asyncpg.UniqueViolationError:
             return None
         return None if row is None else Transition.from_row("requeue", row)
+
+    async def dead_letters(
+        self, exclude: Collection[uuid.UUID], older_than: float
+    ) -> list[asyncpg.Record]:
+        """Up to 50 dead jobs (job_id, updated_at), newest first, dead for ``older_than`` s."""
+        return list(await self.conn.fetch(self.DEAD_LETTERS, list(exclude), older_than))
 
 
 def split_sql(text: str) -> list[str]:

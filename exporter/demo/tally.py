@@ -13,18 +13,28 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from exporter.demo.queue import DEAD, DEADLINE_ERROR, Transition
+from exporter.demo.queue import DEAD, Transition
+from exporter.model import JobType
+from exporter.vocabulary import (
+    COST_AI,
+    COST_OTHER,
+    COST_PROXY,
+    DEADLINE,
+    DEADLINE_PREFIX,
+    ERROR,
+    LEASE_EXPIRED,
+)
 
-_COST_FIELDS = {"ai": "ai_usd", "proxy": "proxy_usd", "total": "total_usd"}
+_COST_FIELDS = {COST_AI: "ai_usd", COST_PROXY: "proxy_usd", "total": "total_usd"}
 
 
 def failure_reason(transition: Transition) -> str:
     """The exporter's reason of a failed attempt: deadline, lease_expired or error."""
     if transition.kind == "reap":
-        return "lease_expired"
-    if (transition.last_error or "").startswith(DEADLINE_ERROR.split(":", 1)[0]):
-        return "deadline"
-    return "error"
+        return LEASE_EXPIRED
+    if (transition.last_error or "").startswith(DEADLINE_PREFIX):
+        return DEADLINE
+    return ERROR
 
 
 def _number(value: Any) -> float | None:
@@ -65,9 +75,9 @@ def cost_components(fields: dict[str, float]) -> dict[str, float]:
     """Cost by component; other = total - ai - proxy (missing parts count 0) when positive."""
     out = {c: fields[f] for c, f in _COST_FIELDS.items() if c != "total" and f in fields}
     if "total_usd" in fields:
-        other = fields["total_usd"] - out.get("ai", 0.0) - out.get("proxy", 0.0)
+        other = fields["total_usd"] - out.get(COST_AI, 0.0) - out.get(COST_PROXY, 0.0)
         if other > 0:
-            out["other"] = other
+            out[COST_OTHER] = other
     return out
 
 
@@ -81,20 +91,24 @@ class Tally:
 
     detailed: bool = True
     transitions: list[Transition] = field(default_factory=list)
-    enqueued: Counter[int] = field(default_factory=Counter)
-    duplicates: Counter[int] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
-    claimed: Counter[int] = field(default_factory=Counter)
-    completed: Counter[int] = field(default_factory=Counter)
-    failures: Counter[tuple[int, str]] = field(default_factory=Counter)
-    dead: Counter[tuple[int, str]] = field(default_factory=Counter)
-    requeued: Counter[int] = field(default_factory=Counter)
-    cost: defaultdict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
+    enqueued: Counter[JobType] = field(default_factory=Counter)
+    duplicates: Counter[JobType] = field(default_factory=Counter)  # skipped by dedupe: not enqueues
+    claimed: Counter[JobType] = field(default_factory=Counter)
+    completed: Counter[JobType] = field(default_factory=Counter)
+    failures: Counter[tuple[JobType, str]] = field(default_factory=Counter)
+    dead: Counter[tuple[JobType, str]] = field(default_factory=Counter)
+    requeued: Counter[JobType] = field(default_factory=Counter)
+    cost: defaultdict[tuple[JobType, str], float] = field(
+        default_factory=lambda: defaultdict(float)
+    )
     malformed: Counter[str] = field(default_factory=Counter)
-    duration_seconds: defaultdict[int, list[float]] = field(
+    duration_seconds: defaultdict[JobType, list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
-    wait_seconds: defaultdict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
-    latency_seconds: defaultdict[int, list[float]] = field(
+    wait_seconds: defaultdict[JobType, list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    latency_seconds: defaultdict[JobType, list[float]] = field(
         default_factory=lambda: defaultdict(list)
     )
 

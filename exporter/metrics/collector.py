@@ -213,7 +213,7 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
     leader = _gauge("jobqueue_exporter_leader")
     leader.add_metric([q], 1 if view.leader else 0)
     yield from (up, leader)
-    if not view.leader:
+    if not view.collector:
         return  # a standby collects nothing: its collection figures would only mislead
     last = _gauge("jobqueue_exporter_last_success_timestamp_seconds")
     last.add_metric([q], health.last_success_at)
@@ -241,7 +241,7 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
     rows_read = _counter("jobqueue_exporter_rows_read")
     rows_read.add_metric([q], health.rows_read)
     yield from (last, collections, errors, skipped, duration, timeout, queries, missing)
-    if "tracked" not in view.coverage.withheld:
+    if view.tracked is not None and "tracked" not in view.coverage.withheld:
         tracked = _gauge("jobqueue_exporter_tracked_jobs")
         tracked.add_metric([q], view.tracked)
         yield tracked

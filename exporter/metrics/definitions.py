@@ -207,8 +207,8 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_exporter_leader",
         "gauge",
         (QUEUE,),
-        "1 on the exporter that collects this queue (holds its advisory lock), 0 on a standby; "
-        "only the leader exports the queue's other series.",
+        "1 on the exporter that holds this queue's advisory lock and collects it; 0 on a "
+        "standby (which exports no other series of the queue) and until the lock is taken.",
         "election",
     ),
     _d(

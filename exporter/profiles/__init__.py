@@ -1,64 +1,31 @@
-"""Presets for real PostgreSQL job-queue libraries: their SQL, and readers into our vocabulary.
+"""Queue schemas as data plus a counting mode: the reference table and the libraries' presets.
 
-Each preset has a reader (queries out, rows in, no I/O), a table of what it can count exactly,
-a retention hint, and optionally an index file. See docs/presets.md for the interface and the
-proofs; ``PRESETS`` is the registry the service looks names up in.
+``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
+reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
+pg-boss, django-tasks; ``PRESETS`` has their readers, capabilities and retention). See
+docs/presets.md for the interface and the proofs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from importlib import resources
-from typing import Protocol
+from exporter.counting.ledger import Ledger
+from exporter.profiles import django_tasks, pgboss, pgqueuer, procrastinate
+from exporter.profiles.base import Preset, PresetReader, Profile
+from exporter.profiles.default import DEFAULT
+from exporter.profiles.preset import preset_profile
+from exporter.settings import QueueSettings
 
-from exporter.profiles import pgboss, pgqueuer, procrastinate
-from exporter.profiles.base import Exactness, Query, Reading, Results, RetentionHint, Row, Tallies
-
-
-class PresetReader(Protocol):
-    """What the collection loop needs of a reader (docs/presets.md, "Interface")."""
-
-    tallies: Tallies
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        ...
-
-    def queries(self, horizon: Row) -> list[Query]:
-        """The statements of one REPEATABLE READ, READ ONLY transaction, in order."""
-        ...
-
-    def apply(self, results: Results) -> Reading:
-        """Fold the rows of one cycle (by query name) into the tallies; return the gauges."""
-        ...
+__all__ = ["PRESETS", "PROFILES", "Preset", "PresetReader", "Profile", "profile_of"]
 
 
-@dataclass(frozen=True)
-class Preset:
-    """One library: how to read it and what it can tell."""
-
-    name: str
-    library: str
-    versions: str
-    make_reader: Callable[[float | None], PresetReader]
-    capabilities: dict[str, Exactness]
-    retention: RetentionHint
-    index_file: str | None  # under exporter/profiles/sql/, to run once with psql
-    # The library's main table: it must exist, and its OID keys the leader election's lock.
-    table: str
-    required_indexes: tuple[str, ...] = ()  # the ones index_file creates
-
-    def index_sql(self) -> str | None:
-        """The CREATE INDEX CONCURRENTLY statements this preset needs, if any."""
-        if self.index_file is None:
-            return None
-        return resources.files(__name__).joinpath(f"sql/{self.index_file}").read_text()
-
-
-def _pgboss(stuck_after: float | None) -> PresetReader:
+def _pgboss(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
     # pg-boss stores each job's own expiry and heartbeat interval: nothing to configure.
-    return pgboss.PgbossReader()
+    return pgboss.PgbossReader(ledger)
+
+
+def _django_tasks(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
+    # django-tasks-db has no heartbeat or lease, so there is no stuck test to configure.
+    return django_tasks.DjangoTasksReader(ledger)
 
 
 PRESETS: dict[str, Preset] = {
@@ -71,5 +38,19 @@ PRESETS: dict[str, Preset] = {
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
+        Preset("django-tasks", "django-tasks-db", ">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
+               _django_tasks, django_tasks.CAPABILITIES, django_tasks.RETENTION,
+               "django_tasks_indexes.sql", django_tasks.TABLE,
+               ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
     )
 }  # fmt: skip
+
+PROFILES: dict[str, Profile] = {
+    DEFAULT.name: DEFAULT,
+    **{name: preset_profile(preset) for name, preset in PRESETS.items()},
+}
+
+
+def profile_of(settings: QueueSettings) -> Profile:
+    """The profile a queue's settings name."""
+    return PROFILES[settings.profile]

@@ -9,25 +9,14 @@ compares each with what it last knew of that job id. The attempt history lives i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, TxidSnapshot
-from exporter.profiles.base import (
-    EXACT_GAUGES,
-    UNKNOWN_REASON,
-    Exactness,
-    Gauges,
-    PresetError,
-    Query,
-    Reading,
-    Results,
-    RetentionHint,
-    Row,
-    Tallies,
-    first,
-    gauges_from,
-    load_queries,
-)
+from exporter.counting.cycle import PresetError, Query, Results, Row
+from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.horizon import Horizon
+from exporter.counting.ledger import Ledger
+from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
+from exporter.model import Tallies
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.vocabulary import ERROR
 
 PRESET = "pgboss"
 ACTIVE_STATES = frozenset({"created", "retry", "active"})
@@ -58,16 +47,6 @@ RETENTION = RetentionHint(
 )
 
 
-@dataclass(frozen=True)
-class JobState:
-    """What the reader last knew of one job."""
-
-    state: str
-    retry_count: int
-    created_on: float
-    completed_on: float | None
-
-
 def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int, int]:
     """(failed attempts, retries) that a job in this state has behind it.
 
@@ -89,18 +68,26 @@ def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int
 
 
 class PgbossReader:
-    """Reads pgboss.job / pgboss.queue into gauges and exact tallies, one cycle at a time."""
+    """Reads pgboss.job / pgboss.queue into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: Ledger | None = None) -> None:
         self.sql = load_queries(PRESET)
-        self.tallies = Tallies()
-        self.known: dict[str, JobState] = {}
+        self.ledger = ledger or Ledger()
+        self.jobs = ActiveSet(ACTIVE_STATES)
+        self.cursor = TerminalCursor()
         self.counting = False
-        self._previous: TxidSnapshot | None = None
-        self._bound: float | None = None  # timestamp lower bound for this cycle's windows
-        self._next_bound: float | None = None
+
+    @property
+    def tallies(self) -> Tallies:
+        """What the ledger counted, by job-type label."""
+        return self.ledger.tallies
+
+    @property
+    def known(self) -> dict[str, JobState]:
+        """What the reader last knew of each job a window can still return."""
+        return self.jobs.known
 
     def horizon_query(self) -> Query:
         """The statement to run in autocommit before the cycle's transaction."""
@@ -108,30 +95,14 @@ class PgbossReader:
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
-        parsed = Horizon.from_row(horizon)
+        planned = self.cursor.plan(Horizon.from_row(horizon))
         out = [Query("snapshot", self.sql["snapshot"]), Query("gauges", self.sql["gauges"])]
-        if parsed.prepared:
-            # A prepared transaction is gone from pg_stat_activity, so this horizon says nothing
-            # about how old its now() is; the last horizon without one still bounds it.
-            if self._bound is None:
-                return out  # no baseline yet: wait for a horizon without prepared transactions
-            self._next_bound = self._bound
-        else:
-            # Whatever this cycle's snapshot does not show was written by a transaction that
-            # started at or after this bound: the next cycle's windows start there.
-            self._next_bound = parsed.lower_bound - TIMESTAMP_MARGIN
-            if self._bound is not None:
-                # The bound only moves forward (it can step back only by the microseconds
-                # the margin covers), so a job the reader forgot never re-enters a window.
-                self._next_bound = max(self._next_bound, self._bound)
-        if self._bound is None:
-            self._bound = self._next_bound  # the baseline reads the same windows
-        xmin = self._previous.xmin if self._previous is not None else 0
-        out.append(Query("changes", self.sql["changes"], (self._bound, xmin)))
+        if planned is not None:
+            out.append(Query("changes", self.sql["changes"], planned))
         return out
 
     def apply(self, results: Results) -> Reading:
-        """Fold one cycle's rows into the tallies and return its gauges."""
+        """Fold one cycle's rows into the ledger and return its gauges."""
         snapshot = first(results["snapshot"])
         gauge_rows = results["gauges"]
         gauges: dict[str, Gauges] = gauges_from(gauge_rows)
@@ -144,38 +115,38 @@ class PgbossReader:
         if "changes" not in results:
             reading.warnings.append("prepared transactions delay the pg-boss baseline")
             return reading
-        changes = results["changes"]
-        bound, next_bound = self._bound, self._next_bound
+        bound, next_bound = self.cursor.bound, self.cursor.next_bound
         if bound is None or next_bound is None:
             raise PresetError("apply() before queries()")
         seen: set[str] = set()
-        for row in changes:
+        for row in results["changes"]:
             job_id = str(row["id"])
             seen.add(job_id)
             if self.counting:
                 self._count(job_id, row, bound)
             else:
                 self.known[job_id] = _state_of(row)
+        self.ledger.settle()
         self.counting = reading.counting = True
         active = {str(i) for row in gauge_rows for i in row["active_ids"]}
-        self._forget(active, seen, next_bound)
-        self._previous = TxidSnapshot.parse(str(snapshot["snapshot"]))
-        self._bound = next_bound
+        self.jobs.forget(active, seen, next_bound)
+        self.cursor.advance(str(snapshot["snapshot"]))
         return reading
 
     def _count(self, job_id: str, row: Row, bound: float) -> None:
-        """Compare one new row version with what was known of its job."""
+        """Compare one new row version with what was known of its job. pg-boss keeps only the
+        last error in ``output``, so every failure counts as an error."""
         queue = str(row["job_type"])
         state = str(row["state"])
         retry_count = int(row["retry_count"])
         before = self.known.get(job_id)
-        tallies = self.tallies
+        ledger = self.ledger
         if before is None:
             if float(row["created_on"]) >= bound:
-                tallies.enqueued[queue] += 1  # created after the previous snapshot
+                ledger.enqueued(queue)  # created after the previous snapshot
             elif state in ("created", "retry"):
                 # An old job we had forgotten, back in the queue: retried or resumed by hand.
-                tallies.requeued[queue] += 1
+                ledger.retried(queue)
                 self.known[job_id] = _state_of(row)
                 return
         failed_before, retried_before = (
@@ -183,28 +154,18 @@ class PgbossReader:
         )
         failed_now, retried_now = attempts(state, retry_count, before)
         if failed_now > failed_before:
-            tallies.failures[(queue, UNKNOWN_REASON)] += failed_now - failed_before
+            ledger.failed(queue, ERROR, failed_now - failed_before)
         if retried_now > retried_before:
-            tallies.requeued[queue] += retried_now - retried_before
+            ledger.retried(queue, retried_now - retried_before)
         if before is None or before.state != state:
             if state == "completed":
-                tallies.completed[queue] += 1
-                tallies.observe(queue, _float(row["duration"]), _float(row["wait"]),
-                                _float(row["latency"]))  # fmt: skip
+                ledger.completed(queue, _float(row["duration"]), _float(row["wait"]),
+                                 _float(row["latency"]))  # fmt: skip
             elif state == "failed":
-                tallies.dead[(queue, UNKNOWN_REASON)] += 1
+                ledger.dead(queue, ERROR)
             elif state == "cancelled":
-                tallies.cancelled[queue] += 1
+                ledger.cancelled(queue)
         self.known[job_id] = _state_of(row)
-
-    def _forget(self, active: set[str], seen: set[str], bound: float) -> None:
-        """Drop jobs that no window of the next cycle can return again."""
-        for job_id, job in list(self.known.items()):
-            if job.state in ACTIVE_STATES:
-                if job_id not in active and job_id not in seen:
-                    del self.known[job_id]  # deleted while active (deleteJob, keep_until)
-            elif job.created_on < bound and (job.completed_on is None or job.completed_on < bound):
-                del self.known[job_id]
 
 
 def _state_of(row: Row) -> JobState:

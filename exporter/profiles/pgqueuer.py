@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from exporter.profiles.base import EXACT_GAUGES, UNKNOWN_REASON, Exactness, RetentionHint, Row
-from exporter.profiles.eventlog import EventLogReader, last_index
+from exporter.counting.eventlog import EventLogReader, last_index
+from exporter.counting.ledger import Ledger
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
+from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 PRESET = "pgqueuer"
 # pgqueuer's own default heartbeat_timeout (QueueManager.run).
@@ -44,38 +46,39 @@ class PgqueuerReader(EventLogReader):
 
     preset = PRESET
     event_log = "pgqueuer_log"
-    default_stuck_after = HEARTBEAT_TIMEOUT
+
+    def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
+        sql = load_queries(PRESET, event_log=self.event_log)
+        stuck = stuck_after if stuck_after is not None else HEARTBEAT_TIMEOUT
+        super().__init__(sql, stuck, ledger)
 
     def count(self, event: Row) -> None:
-        """Add one pgqueuer_log row (see the statuses in docs/presets.md)."""
+        """Add one pgqueuer_log row (see the statuses in docs/presets.md). Exception types are
+        unbounded label values: they all count as an error."""
         status = str(event["status"])
         entrypoint = str(event["job_type"])
-        reason = str(event["reason"] or UNKNOWN_REASON)
         history: list[str] = list(event["statuses"] or [])
-        tallies = self.tallies
+        ledger = self.ledger
         if status == "queued":
             if event["has_traceback"]:
                 # A database-level retry (RetryRequested): one failed attempt, put back.
-                tallies.failures[(entrypoint, reason)] += 1
-                tallies.requeued[entrypoint] += 1
+                ledger.failed(entrypoint, ERROR)
             elif history:
-                tallies.requeued[entrypoint] += 1  # a held job re-queued by hand (pgq requeue)
+                ledger.requeued(entrypoint)  # a held job re-queued by hand (pgq requeue)
             else:
-                tallies.enqueued[entrypoint] += 1
+                ledger.enqueued(entrypoint)
         elif status == "picked":
             if history and history[-1] == "picked":
                 # Picked again without being re-queued: the previous worker's heartbeat went
                 # stale, which is the only way pgqueuer re-picks a job.
-                tallies.failures[(entrypoint, HEARTBEAT_REASON)] += 1
-                tallies.requeued[entrypoint] += 1
+                ledger.failed(entrypoint, LEASE_EXPIRED)
         elif status == "successful":
-            tallies.completed[entrypoint] += 1
             self._observe(entrypoint, event, history)
         elif status in ("exception", "failed"):
-            tallies.failures[(entrypoint, reason)] += 1
-            tallies.dead[(entrypoint, reason)] += 1
+            ledger.failed(entrypoint, ERROR)
+            ledger.dead(entrypoint, ERROR)
         elif status in ("canceled", "deleted"):
-            tallies.cancelled[entrypoint] += 1
+            ledger.cancelled(entrypoint)
 
     def _observe(self, entrypoint: str, event: Row, history: list[str]) -> None:
         """Duration and latency of one success, from the job's earlier log rows."""
@@ -83,7 +86,7 @@ class PgqueuerReader(EventLogReader):
         at = float(event["at"])
         picked = last_index(history, {"picked"})
         queued = history.index("queued") if "queued" in history else None
-        self.tallies.observe(
+        self.ledger.completed(
             entrypoint,
             duration=at - ats[picked] if picked is not None else None,
             wait=None,

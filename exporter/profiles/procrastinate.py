@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from exporter.profiles.base import EXACT_GAUGES, UNKNOWN_REASON, Exactness, RetentionHint, Row
-from exporter.profiles.eventlog import EventLogReader, last_index
+from exporter.counting.eventlog import EventLogReader, last_index
+from exporter.counting.ledger import Ledger
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
+from exporter.vocabulary import ERROR
 
 PRESET = "procrastinate"
 # procrastinate's own default stalled_worker_timeout (Worker and get_stalled_jobs).
@@ -43,30 +45,33 @@ class ProcrastinateReader(EventLogReader):
 
     preset = PRESET
     event_log = "procrastinate_events"
-    default_stuck_after = STALLED_WORKER_TIMEOUT
+
+    def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
+        sql = load_queries(PRESET, event_log=self.event_log)
+        stuck = stuck_after if stuck_after is not None else STALLED_WORKER_TIMEOUT
+        super().__init__(sql, stuck, ledger)
 
     def count(self, event: Row) -> None:
-        """Add one procrastinate event (see the event types in docs/presets.md)."""
+        """Add one procrastinate event (see the event types in docs/presets.md); procrastinate
+        stores no failure reason, so every failure is an error."""
         kind = str(event["type"])
         task = str(event["job_type"])
-        tallies = self.tallies
+        ledger = self.ledger
         if kind == "deferred":
-            tallies.enqueued[task] += 1
+            ledger.enqueued(task)
         elif kind == "deferred_for_retry":
             # doing -> todo: the attempt failed and the job was put back (retry strategy, or a
-            # stalled job retried by hand).
-            tallies.failures[(task, UNKNOWN_REASON)] += 1
-            tallies.requeued[task] += 1
+            # stalled job retried by hand): a failure, not a requeue by an operator.
+            ledger.failed(task, ERROR)
         elif kind == "retried":
-            tallies.requeued[task] += 1  # failed -> todo, by hand
+            ledger.requeued(task)  # failed -> todo, by hand
         elif kind == "failed":
-            tallies.failures[(task, UNKNOWN_REASON)] += 1
-            tallies.dead[(task, UNKNOWN_REASON)] += 1
+            ledger.failed(task, ERROR)
+            ledger.dead(task, ERROR)
         elif kind == "succeeded":
-            tallies.completed[task] += 1
             self._observe(task, event)
         elif kind in ("cancelled", "aborted"):
-            tallies.cancelled[task] += 1
+            ledger.cancelled(task)
 
     def _observe(self, task: str, event: Row) -> None:
         """Histograms of one success, from the job's earlier events."""
@@ -87,4 +92,4 @@ class ProcrastinateReader(EventLogReader):
                 wait = ats[started] - max(ready)
         if created is not None:
             latency = at - ats[created]
-        self.tallies.observe(task, duration, wait, latency)
+        self.ledger.completed(task, duration, wait, latency)

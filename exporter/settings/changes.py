@@ -64,8 +64,8 @@ def queue_change(old: QueueSettings, new: QueueSettings) -> Change:
         return Change.REPLACE  # other tables, another reader: nothing counted carries over
     if (a.dsn and dsn_without_password(a.dsn)) != (b.dsn and dsn_without_password(b.dsn)):
         return Change.REPLACE
-    if a.table != b.table:
-        return Change.REPLACE
+    if a.table != b.table or old.table != new.table:
+        return Change.REPLACE  # another table, or other columns: nothing counted carries over
     changed = {f.name for f in fields(CollectSettings)}
     changed = {n for n in changed if getattr(old.collect, n) != getattr(new.collect, n)}
     if changed & _COUNTING:

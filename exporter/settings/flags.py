@@ -17,17 +17,20 @@ from typing import NoReturn
 
 from exporter.settings.kinds import Kind
 from exporter.settings.reference import default_text
-from exporter.settings.sources import CONFIG_FILE_ENV, SETTINGS, suggest
+from exporter.settings.sources import CONFIG_FILE_ENV, SETTINGS
 from exporter.settings.spec import Setting
+from exporter.settings.yamlfile import suggest
 
 PROG = "jobqueue-exporter"
-RUN, DEMO, RENDER_RULES = "run", "demo", "render-rules"
-COMMANDS = (RUN, DEMO, RENDER_RULES)
+RUN, DEMO, RENDER_RULES, INDEXES = "run", "demo", "render-rules", "indexes"
+COMMANDS = (RUN, DEMO, RENDER_RULES, INDEXES)
 # The sections whose flags each command takes; log is everyone's.
 COMMAND_SECTIONS = {
     RUN: ("database", "collect", "queue", "web", "log"),
     DEMO: ("database", "collect", "queue", "web", "log"),
     RENDER_RULES: ("alerts", "log"),
+    # The queues' table mappings: the same keys that say what run would read.
+    INDEXES: ("database", "queue", "log"),
 }
 RULE_FORMATS = ("rules", "prometheusrule")
 
@@ -54,15 +57,18 @@ _USAGE = {
     RUN: f"{PROG} [run | demo] [FLAGS]",
     DEMO: f"{PROG} demo [FLAGS]",
     RENDER_RULES: f"{PROG} render-rules [FLAGS]",
+    INDEXES: f"{PROG} indexes [FLAGS]",
 }
 _DESCRIPTION = {
     RUN: "Prometheus exporter for a job queue stored in PostgreSQL.\n\n"
     "commands:\n"
     "  run           serve /metrics for the queues (the default)\n"
     "  demo          the same, on a throwaway database with simulated workers\n"
-    "  render-rules  print the alert and recording rules (its flags: render-rules --help)",
+    "  render-rules  print the alert and recording rules (its flags: render-rules --help)\n"
+    "  indexes       print the CREATE INDEX statements each queue's table needs",
     DEMO: "A throwaway PostgreSQL with simulated workers, and the exporter serving it.",
     RENDER_RULES: "Print the Prometheus alert and recording rules, tuned by the flags below.",
+    INDEXES: "Print the CREATE INDEX CONCURRENTLY statements each queue's table mapping needs.",
 }
 _EPILOG = """\
 Every flag is also a key of the --config.file YAML (docs/configuration.md) and

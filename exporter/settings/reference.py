@@ -9,6 +9,7 @@ from __future__ import annotations
 from exporter.settings.kinds import SYNTAX, Kind
 from exporter.settings.schema import DSN_FALLBACK_ENV, PROCESS_SECTIONS, QUEUE_SECTIONS
 from exporter.settings.spec import Setting, specs_of
+from exporter.settings.table import ROLES, STATUS_NAMES, UNREAD_ROLES, USABLE
 
 _UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
 
@@ -84,6 +85,22 @@ def reference_tables() -> str:
                     f"| {help_text} |"
                 )
             out.append("")
+    out.append("### `table`\n")
+    out.append(
+        'A queue\'s `table:` mapping (docs/configuration.md, "A home-grown table"): '
+        "`name`, the column of each role below under `columns` (an omitted role keeps its "
+        "reference name), and `status_values` for "
+        + ", ".join(f"`{s}`" for s in STATUS_NAMES)
+        + " (all four, integers or text).\n"
+    )
+    out.append("| Role (`columns.…`) | Reference column | Types it may have | What it must mean |")
+    out.append("|---|---|---|---|")
+    for role, meaning in ROLES.items():
+        types = ", ".join(sorted(USABLE.get(role, ())))
+        if role in UNREAD_ROLES:
+            types = "any (checked only when mapped)"
+        out.append(f"| `{role}` | `{role}` | {types} | {meaning} |")
+    out.append("")
     out.append("### Kinds of value\n")
     out.append("| Kind | In YAML | In a flag or environment variable |")
     out.append("|---|---|---|")

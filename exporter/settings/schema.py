@@ -7,13 +7,14 @@ set of them, and each entry of a ``queues:`` list inherits it and overrides what
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from exporter.settings.alerting import AlertSettings
 from exporter.settings.kinds import Kind, parse_listen_address
 from exporter.settings.secrets import dsn_password, redact_dsn
 from exporter.settings.spec import setting
+from exporter.settings.table import TableMapping
 from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES
 
 DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
@@ -92,7 +93,10 @@ class DatabaseSettings:
         Kind.FILE, None, "File holding the database password (trailing newline stripped).",
         optional=True,
     )  # fmt: skip
-    table: str = setting(Kind.TABLE, "job", "Table of the queue, optionally schema-qualified.")
+    table: str = setting(
+        Kind.TABLE, "job", "Table of the queue, optionally schema-qualified: the short form of "
+        "table.name (a table: mapping also renames its columns and status values).",
+    )  # fmt: skip
     max_connections: int = setting(
         Kind.INTEGER, 2, "Connections the exporter may hold to this database (1-10), the "
         "leader election's included.", check=connection_limit,
@@ -231,12 +235,21 @@ class QueueOptions:
 
 @dataclass(frozen=True)
 class QueueSettings:
-    """One watched queue, resolved: its name, database and collection settings."""
+    """One watched queue, resolved: its name, database, collection settings and table mapping."""
 
     name: str
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     collect: CollectSettings = field(default_factory=CollectSettings)
     profile: str = DEFAULT_PROFILE
+    # The default profile's columns and status values; database.table names the table.
+    table: TableMapping = field(default_factory=TableMapping)
+
+    @property
+    def mapping(self) -> TableMapping:
+        """The table mapping, named as database.table says (the loader keeps the two equal)."""
+        if self.table.name == self.database.table:
+            return self.table
+        return replace(self.table, name=self.database.table)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ each naming its dotted key (and, for the file, its line).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -33,11 +32,13 @@ from exporter.settings.secrets import (
     redact_dsn,
 )
 from exporter.settings.spec import Setting, specs_of
-from exporter.settings.yamlfile import ConfigError, Document, read_document
+from exporter.settings.table import TableMapping, parse_mapping
+from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
 from exporter.vocabulary import DEFAULT_PROFILE
 
 CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
 QUEUES_KEY = "queues"
+TABLE_KEY = "table"
 DEFAULT_QUEUE_NAME = "default"
 # The queue section's settings, written as plain keys of a queues: entry (name: x, profile: y).
 ENTRY_KEYS = ("name", "profile")
@@ -54,16 +55,10 @@ def _all_settings() -> dict[str, Setting]:
 
 SETTINGS: dict[str, Setting] = _all_settings()
 FLAGS: dict[str, str] = {s.flag: key for key, s in SETTINGS.items()}
-SECTIONS = (*QUEUE_SECTIONS, QUEUES_KEY, *PROCESS_SECTIONS)
+SECTIONS = (*QUEUE_SECTIONS, TABLE_KEY, QUEUES_KEY, *PROCESS_SECTIONS)
 
 
 # --- Values ---------------------------------------------------------------------------------
-
-
-def suggest(word: str, candidates: Iterable[str]) -> str:
-    """`` (did you mean X?)`` for a near miss, else nothing."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
-    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def parse_value(setting: Setting, value: object, from_text: bool) -> object:
@@ -190,9 +185,16 @@ def _section(cls: type[Any], section: str, values: Mapping[str, object]) -> Any:
 
 
 def _queue(
-    values: Mapping[str, object], prefix: str, where: str, errors: list[str]
+    values: Mapping[str, object],
+    prefix: str,
+    where: str,
+    errors: list[str],
+    table: TableMapping | None = None,
 ) -> QueueSettings | None:
-    """One queue from its parsed values: password file injected, name defaulted, checks run."""
+    """One queue from its parsed values: password file injected, name defaulted, checks run;
+    ``table``: its table mapping, already named (database.table is set to its name)."""
+    if table is not None:
+        values = {**values, "database.table": table.name}
     database: DatabaseSettings = _section(DatabaseSettings, "database", values)
     collect: CollectSettings = _section(CollectSettings, "collect", values)
     name = values.get("queue.name")
@@ -222,14 +224,62 @@ def _queue(
         )
     if not isinstance(name, str):
         name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
+    if table is not None and profile != DEFAULT_PROFILE and table.named:
+        errors.append(
+            f"{table.origin}: a table mapping is for the default profile; the {profile} preset "
+            f"reads its library's own tables{table.lines.get('', '')}"
+        )
     if len(errors) > before:
         return None
     assert isinstance(profile, str)
-    return QueueSettings(name=name, database=database, collect=collect, profile=profile)
+    mapping = table if table is not None else TableMapping(name=database.table)
+    return QueueSettings(
+        name=name, database=database, collect=collect, profile=profile, table=mapping
+    )
+
+
+def _table_lines(document: Document, origin: str) -> dict[str, str]:
+    """Where each part of the ``table:`` mapping at ``origin`` was written."""
+    lines = {"": document.where(origin)}
+    for key in document.lines:
+        if key.startswith(origin + "."):
+            lines[key[len(origin) + 1 :]] = document.where(key)
+    return lines
+
+
+def _named(
+    mapping: TableMapping | None,
+    raw: object,
+    short: tuple[object, bool] | None,
+    errors: list[str],
+) -> TableMapping | None:
+    """The mapping with its table named: ``table.name``, or ``database.table`` (its short form),
+    given as ``short`` = (parsed value, True when it beats table.name: a flag, the environment
+    or the queue entry over an inherited mapping). Both at the same level must agree."""
+    if mapping is None:
+        return None
+    names = isinstance(raw, dict) and "name" in raw
+    if short is None or not isinstance(short[0], str):
+        return mapping
+    name, beats = str(short[0]), short[1]
+    if names and not beats and name != mapping.name:
+        errors.append(
+            f"{mapping.origin}.name: {mapping.name!r}, but database.table says {name!r}; "
+            f"database.table is the short form of table.name, give one of them"
+            + mapping.lines.get("name", "")
+        )
+        return None
+    if names and not beats:
+        return mapping
+    return replace(mapping, name=name)
 
 
 def _queue_entries(
-    document: Document, top: Mapping[str, object], flags: Mapping[str, str], errors: list[str]
+    document: Document,
+    top: Mapping[str, object],
+    flags: Mapping[str, str],
+    errors: list[str],
+    inherited_table: TableMapping | None,
 ) -> list[QueueSettings]:
     """The ``queues:`` list, each entry over the top-level per-queue values."""
     entries = document.data.get(QUEUES_KEY)
@@ -243,6 +293,7 @@ def _queue_entries(
         errors.append("queue.name: names one queue; with a queues: list, name each entry instead")
     inherited = {k: v for k, v in top.items() if k.partition(".")[0] in QUEUE_SECTIONS}
     inherited.pop("queue.name", None)
+
     queues: list[QueueSettings] = []
     for index, entry in enumerate(entries):
         prefix = f"{QUEUES_KEY}[{index}]."
@@ -256,14 +307,15 @@ def _queue_entries(
         for key, value in entry.items():
             if key in ENTRY_KEYS:
                 raw[f"queue.{key}"] = (value, False, document.where(f"{prefix}{key}"))
-            elif key not in ("database", "collect"):
+            elif key not in ("database", "collect", TABLE_KEY):
+                known = (*ENTRY_KEYS, "database", "collect", TABLE_KEY)
                 errors.append(
-                    f"{prefix}{key}: unknown key (an entry has name, profile, database and collect)"
-                    + document.where(f"{prefix}{key}")
+                    f"{prefix}{key}: unknown key (an entry has {', '.join(known)})"
+                    f"{suggest(str(key), known)}" + document.where(f"{prefix}{key}")
                 )
         section_values = _section_values(
             document,
-            {k: v for k, v in entry.items() if k not in ENTRY_KEYS},
+            {k: v for k, v in entry.items() if k not in (*ENTRY_KEYS, TABLE_KEY)},
             prefix,
             ("database", "collect"),
             errors,
@@ -277,10 +329,42 @@ def _queue_entries(
         values = {**inherited, **parsed}
         if "database.dsn" in parsed and "database.password_file" not in parsed:
             values.pop("database.password_file", None)
-        queue = _queue(values, prefix, entry_where, errors)
+        table = inherited_table
+        if "database.table" in parsed and table is not None:
+            table = replace(table, name=str(parsed["database.table"]))
+        table_raw = entry.get(TABLE_KEY)
+        if table_raw is not None:
+            origin = f"{QUEUES_KEY}[{index}].{TABLE_KEY}"
+            own = parse_mapping(table_raw, origin, _table_lines(document, origin), errors)
+            # The entry's own database.table and table.name are one level: they must agree;
+            # a mapping that names no table takes the name the entry inherits.
+            if "database.table" in parsed:
+                short: tuple[object, bool] = (parsed["database.table"], False)
+            else:
+                short = (table.name if table else values.get("database.table"), True)
+                if isinstance(table_raw, dict) and "name" in table_raw:
+                    short = (None, True)
+            table = _named(own, table_raw, short, errors)
+            if table is None:
+                continue
+        queue = _queue(values, prefix, entry_where, errors, table)
         if queue is not None:
             queues.append(queue)
     return queues
+
+
+def _top_table(
+    document: Document, resolved: _Resolved, top: Mapping[str, object], errors: list[str]
+) -> TableMapping | None:
+    """The top-level ``table:`` mapping of a single queue; a flag or environment variable
+    database.table beats its name, database.table in the file must agree with it."""
+    raw = document.data.get(TABLE_KEY)
+    if raw is None:
+        return None
+    mapping = parse_mapping(raw, TABLE_KEY, _table_lines(document, TABLE_KEY), errors)
+    found = resolved.values.get("database.table")
+    short = (top.get("database.table"), found[1]) if found is not None else None
+    return _named(mapping, raw, short, errors)
 
 
 def load_settings(
@@ -291,10 +375,11 @@ def load_settings(
     errors: list[str] = []
     resolved = _resolve_top(document, environ, flags, errors)
     top = _parse_all(resolved.values, "", errors)
+    table = _top_table(document, resolved, top, errors)
     if QUEUES_KEY in document.data:
-        queues = _queue_entries(document, top, flags, errors)
+        queues = _queue_entries(document, top, flags, errors, table)
     else:
-        queue = _queue(top, "", "", errors)
+        queue = _queue(top, "", "", errors, table)
         queues = [queue] if queue is not None else []
     names: dict[str, int] = {}
     for index, queue in enumerate(queues):

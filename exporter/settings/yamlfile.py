@@ -7,6 +7,8 @@ line may hold a password).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +20,12 @@ from exporter.settings.secrets import SecretError, read_text_file, redact_dsn
 
 class ConfigError(Exception):
     """A setting is missing, malformed or unknown; the message names the key (and line)."""
+
+
+def suggest(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for a near miss, else nothing."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 class _Loader(yaml.SafeLoader):

@@ -2,7 +2,9 @@
 --
 -- Create them once, outside a transaction (CONCURRENTLY does not block the queue's writes):
 --   psql "$DSN" -f indexes.sql
--- They are written for a table named "job"; edit the names if yours differs.
+-- They are written for the reference table "job" (schema.sql). For a table described by a
+-- table: mapping, print them with its names instead (same statements, same index names):
+--   jobqueue-exporter indexes --config.file exporter.yml | psql "$DSN"
 -- The exporter checks at start-up that they exist; when one is missing it logs a warning
 -- naming this file and exports jobqueue_exporter_missing_index{index="..."} = 1.
 

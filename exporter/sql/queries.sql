@@ -1,6 +1,12 @@
--- The exporter's per-cycle queries, one named block each (loaded by exporter/db.py).
--- {table} is replaced by the configured, quoted table name. Every time is the database's
--- (now() = the start of the collection's read-only transaction), returned as Unix seconds.
+-- The exporter's per-cycle queries, one named block each (rendered by exporter/counting/sqltext.py).
+-- They are written once for any table with the reference's meaning (exporter/sql/schema.sql),
+-- rendered from the queue's table mapping: {table} and each {column} become quoted identifiers,
+-- {pending} {running} {done} {dead} the status column's literals, {status_code} the status as
+-- the reference's number (1-4, what the counting code expects), {job_type_out} the job type
+-- (text ones cut short in SQL, so a megabyte of text never crosses the wire), {job_id_type}
+-- the job_id column's type from the catalog. Every output column keeps the reference's name.
+-- Every time is the database's (now() = the start of the collection's read-only transaction),
+-- returned as Unix seconds.
 
 -- name: now
 SELECT extract(epoch FROM now())::float8;
@@ -8,67 +14,74 @@ SELECT extract(epoch FROM now())::float8;
 -- name: snapshot
 -- Active rows only, served by job_exporter_active_idx: cost does not grow with history.
 -- $1: stuck threshold in seconds.
-SELECT job_type,
-       count(*) FILTER (WHERE status = 1) AS pending,
-       count(*) FILTER (WHERE status = 2) AS running,
-       count(*) FILTER (WHERE status = 1 AND run_after > now()) AS scheduled,
-       coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 1)), 0)::float8
-           AS oldest_pending_age,
-       coalesce(extract(epoch FROM now() - min(run_after)
-                FILTER (WHERE status = 1 AND run_after <= now())), 0)::float8 AS oldest_ready_wait,
-       count(*) FILTER (WHERE status = 2 AND lease_until < now()) AS stuck_lease_expired,
-       count(*) FILTER (WHERE status = 2 AND (lease_until IS NULL OR lease_until >= now())
-                        AND run_started_at < now() - make_interval(secs => $1)) AS stuck_overrun,
-       coalesce(extract(epoch FROM now() - min(lease_until)
-                FILTER (WHERE status = 2 AND lease_until < now())), 0)::float8 AS lease_expired_oldest,
-       coalesce(extract(epoch FROM now() - min(run_started_at) FILTER (WHERE status = 2)), 0)::float8
-           AS running_oldest
+SELECT {job_type_out} AS job_type,
+       count(*) FILTER (WHERE {status} = {pending}) AS pending,
+       count(*) FILTER (WHERE {status} = {running}) AS running,
+       count(*) FILTER (WHERE {status} = {pending} AND {run_after} > now()) AS scheduled,
+       coalesce(extract(epoch FROM now() - min({created_at})
+                FILTER (WHERE {status} = {pending})), 0)::float8 AS oldest_pending_age,
+       coalesce(extract(epoch FROM now() - min({run_after})
+                FILTER (WHERE {status} = {pending} AND {run_after} <= now())), 0)::float8
+           AS oldest_ready_wait,
+       count(*) FILTER (WHERE {status} = {running} AND {lease_until} < now()) AS stuck_lease_expired,
+       count(*) FILTER (WHERE {status} = {running}
+                        AND ({lease_until} IS NULL OR {lease_until} >= now())
+                        AND {run_started_at} < now() - make_interval(secs => $1)) AS stuck_overrun,
+       coalesce(extract(epoch FROM now() - min({lease_until})
+                FILTER (WHERE {status} = {running} AND {lease_until} < now())), 0)::float8
+           AS lease_expired_oldest,
+       coalesce(extract(epoch FROM now() - min({run_started_at})
+                FILTER (WHERE {status} = {running})), 0)::float8 AS running_oldest
 FROM {table}
-WHERE status IN (1, 2)
-GROUP BY job_type;
+WHERE {status} IN ({pending}, {running})
+GROUP BY 1;
 
 -- name: dead
 -- Served by the partial job_exporter_dead_idx (index-only).
-SELECT job_type, count(*) AS jobs FROM {table} WHERE status = 4 GROUP BY job_type;
+SELECT {job_type_out} AS job_type, count(*) AS jobs FROM {table} WHERE {status} = {dead} GROUP BY 1;
 
 -- name: done
 -- Only with collect.done_count: this reads every DONE row, so its cost grows with history.
-SELECT job_type, count(*) AS jobs FROM {table} WHERE status = 3 GROUP BY job_type;
+SELECT {job_type_out} AS job_type, count(*) AS jobs FROM {table} WHERE {status} = {done} GROUP BY 1;
 
 -- name: changes
 -- Rows changed since the last cycle minus the commit-lag tolerance, via job_exporter_updated_at_idx.
 -- $1: lower bound (exclusive) as Unix seconds. result is only needed (and only read) for DONE rows.
-SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
-       CASE WHEN status = 3 THEN result::text END AS result,
-       extract(epoch FROM run_after)::float8 AS run_after,
-       extract(epoch FROM run_started_at)::float8 AS run_started_at,
-       extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at,
+SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
+       {attempts} AS attempts, {max_attempts} AS max_attempts, {last_error} AS last_error,
+       CASE WHEN {status} = {done} THEN {result}::text END AS result,
+       extract(epoch FROM {run_after})::float8 AS run_after,
+       extract(epoch FROM {run_started_at})::float8 AS run_started_at,
+       extract(epoch FROM {created_at})::float8 AS created_at,
+       extract(epoch FROM {updated_at})::float8 AS updated_at,
        -- Differences taken in SQL keep microsecond precision (epoch floats lose some).
-       extract(epoch FROM run_started_at - run_after)::float8 AS wait_seconds,
-       extract(epoch FROM updated_at - created_at)::float8 AS latency_seconds
+       extract(epoch FROM {run_started_at} - {run_after})::float8 AS wait_seconds,
+       extract(epoch FROM {updated_at} - {created_at})::float8 AS latency_seconds
 FROM {table}
-WHERE updated_at > to_timestamp($1::float8);
+WHERE {updated_at} > to_timestamp($1::float8);
 
 -- name: active
 -- The baseline: every job that can still change, read once at the first collection.
-SELECT job_id::text AS job_id, job_type, status, attempts, max_attempts, last_error,
+SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
+       {attempts} AS attempts, {max_attempts} AS max_attempts, {last_error} AS last_error,
        NULL::text AS result,
-       extract(epoch FROM run_after)::float8 AS run_after,
-       extract(epoch FROM run_started_at)::float8 AS run_started_at,
-       extract(epoch FROM created_at)::float8 AS created_at,
-       extract(epoch FROM updated_at)::float8 AS updated_at,
+       extract(epoch FROM {run_after})::float8 AS run_after,
+       extract(epoch FROM {run_started_at})::float8 AS run_started_at,
+       extract(epoch FROM {created_at})::float8 AS created_at,
+       extract(epoch FROM {updated_at})::float8 AS updated_at,
        NULL::float8 AS wait_seconds,
        NULL::float8 AS latency_seconds
 FROM {table}
-WHERE status IN (1, 2);
+WHERE {status} IN ({pending}, {running});
 
 -- name: existing
 -- Which of the given jobs still exist (primary key lookups); the rest were purged.
-SELECT job_id::text AS job_id FROM {table} WHERE job_id = ANY($1::uuid[]);
+-- $1: job ids as text, cast to the column's own type so that its index serves the lookup.
+SELECT {job_id}::text AS job_id FROM {table} WHERE {job_id} = ANY($1::text[]::{job_id_type}[]);
 
 -- name: indexes
 -- Names of the indexes on the table; NULL table means the table does not exist.
+-- $1: the table's name, quoted as identifiers.
 SELECT to_regclass($1) IS NOT NULL AS table_exists,
        coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
                       WHERE i.indrelid = to_regclass($1)), '{}') AS names;
@@ -95,11 +108,13 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- job_exporter_updated_at_idx (exporter/horizon.py says where the cursor may stop). The inner query picks the chunk (ordered by the table's
 -- columns: epoch floats and job_id as text would sort differently); the outer one computes
 -- the output for those rows only, not for every row the sort looked at.
--- $1, $2: the cursor (updated_at, job_id); $3: upper bound (exclusive); $4: chunk size;
+-- $1, $2: the cursor (updated_at, job_id as text, cast to the column's type: the keyset order
+-- is the column's own, uuid, integer or text; the nil uuid, the cursor's start, stands for the
+-- type's smallest value); $3: upper bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
 -- the whole document (as JSON number text, NULL when missing or not a number). date_part()
 -- gives float8 directly; extract() computes in numeric, several times slower per row.
-SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
+SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
        CASE WHEN jsonb_typeof(f.duration_ms) = 'number' THEN f.duration_ms::text END AS duration_ms,
@@ -112,12 +127,18 @@ SELECT j.job_id::text AS job_id, j.job_type, j.status, j.attempts, j.max_attempt
        date_part('epoch', j.updated_at) AS updated_at,
        date_part('epoch', j.run_started_at - j.run_after) AS wait_seconds,
        date_part('epoch', j.updated_at - j.created_at) AS latency_seconds
-FROM (SELECT t.job_id, t.job_type, t.status, t.attempts, t.max_attempts, t.last_error, t.result,
-             t.run_after, t.run_started_at, t.created_at, t.updated_at
+FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} AS job_type,
+             {status_code} AS status, t.{attempts} AS attempts,
+             t.{max_attempts} AS max_attempts, t.{last_error} AS last_error, t.{result} AS result,
+             t.{run_after} AS run_after, t.{run_started_at} AS run_started_at,
+             t.{created_at} AS created_at, t.{updated_at} AS updated_at
       FROM {table} AS t
-      WHERE t.updated_at >= $1 AND (t.updated_at, t.job_id) > ($1, $2::uuid)
-        AND t.updated_at < $3
-      ORDER BY t.updated_at, t.job_id
+      WHERE t.{updated_at} >= $1
+        AND (t.{updated_at}, t.{job_id})
+            > ($1, coalesce(nullif($2::text, {cursor_nil})::{job_id_type}, {cursor_start}::{job_id_type}))
+        AND t.{updated_at} < $3
+      -- Qualified: an output column of the same name would otherwise be sorted on.
+      ORDER BY t.{updated_at}, t.{job_id}
       LIMIT $4) AS j
 CROSS JOIN LATERAL (
     SELECT CASE WHEN j.status = 3 THEN j.result #> $5::text[] END AS duration_ms,
@@ -125,4 +146,4 @@ CROSS JOIN LATERAL (
            CASE WHEN j.status = 3 THEN j.result #> $7::text[] END AS proxy_usd,
            CASE WHEN j.status = 3 THEN j.result #> $8::text[] END AS total_usd
 ) AS f
-ORDER BY j.updated_at, j.job_id;
+ORDER BY j.updated_at, j.job_key;

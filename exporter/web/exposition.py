@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Hashable, Mapping, Sequence
-from typing import Protocol
 
+from exporter.board import Board
 from exporter.metrics import render
-from exporter.model import ConfigStatus, QueueStatus, QueueView
+from exporter.model import ConfigStatus, QueueView
 from exporter.web.encoding import encode_all
 
 # A rendering is reused until the next collection, so fifty concurrent scrapers cost one
@@ -26,36 +26,11 @@ from exporter.web.encoding import encode_all
 RENDER_MAX_AGE = 5.0
 
 
-class StateSource(Protocol):
-    """What the HTTP side reads from the running exporter (the service implements it)."""
-
-    def generation(self) -> Hashable:
-        """Changes whenever a collection of any queue finished."""
-
-    def verdict(self) -> Hashable:
-        """The part of the state /metrics must never show late (up, freshness, leadership)."""
-
-    def views(self) -> Sequence[QueueView]:
-        """A consistent copy of every queue's state, for rendering off the event loop."""
-
-    def readiness(self) -> Sequence[tuple[str, str | None]]:
-        """(queue, None) when the queue is ready, else (queue, why not)."""
-
-    def config(self) -> ConfigStatus:
-        """How the last load of the configuration went (start-up or reload)."""
-
-    def queue_status(self) -> Sequence[QueueStatus]:
-        """Each queue as the status page shows it."""
-
-    async def reload(self) -> str | None:
-        """Re-read the configuration and apply it; None, or why the running one stays."""
-
-
 class Exposition:
     """The current /metrics body (in every coding) and the rendering that will replace it."""
 
-    def __init__(self, source: StateSource) -> None:
-        self.source = source
+    def __init__(self, board: Board) -> None:
+        self.board = board
         self._key: tuple[Hashable, Hashable] | None = None
         self._body: Mapping[str, bytes] | None = None  # coding -> bytes
         self._verdict: Hashable = None  # what the body was rendered with
@@ -64,7 +39,7 @@ class Exposition:
 
     def refresh(self) -> None:
         """Start a new rendering if the state changed (called after every collection too)."""
-        key = (self.source.generation(), self.source.verdict())
+        key = (self.board.generation(), self.board.verdict())
         stale = key != self._key or time.monotonic() - self._rendered_at > RENDER_MAX_AGE
         if stale and self._pending is None:
             self._key = key
@@ -76,7 +51,7 @@ class Exposition:
         # A rendering that started before the verdict changed is followed by one that starts
         # after it; the bound only guards against a verdict that flips on every rendering.
         for _ in range(3):
-            if self._body is not None and self._verdict == self.source.verdict():
+            if self._body is not None and self._verdict == self.board.verdict():
                 break
             if self._pending is None:
                 self._key = None
@@ -88,8 +63,8 @@ class Exposition:
 
     async def _render(self) -> None:
         try:
-            verdict = self.source.verdict()
-            views, config = self.source.views(), self.source.config()
+            verdict = self.board.verdict()
+            views, config = self.board.views(), self.board.config
             self._body = await asyncio.to_thread(_render_encoded, views, config)
             self._verdict = verdict
             self._rendered_at = time.monotonic()

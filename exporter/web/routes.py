@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from exporter.board import Board
 from exporter.metrics import CONTENT_TYPE
 from exporter.settings import redact_dsn
 from exporter.web.encoding import IDENTITY, choose_encoding
-from exporter.web.exposition import Exposition, StateSource
+from exporter.web.exposition import Exposition
 from exporter.web.middleware import HEALTHY_PATHS, READY_PATHS, RELOAD_METHODS, RELOAD_PATH
 from exporter.web.status import StatusPage, status_page
 
 
 def add_routes(
     app: web.Application,
-    source: StateSource,
+    board: Board,
+    reload_config: Callable[[], Awaitable[str | None]],
     exposition: Exposition,
     telemetry_path: str,
     lifecycle: Callable[[], bool],
@@ -39,7 +41,7 @@ def add_routes(
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        waiting = [(queue, why) for queue, why in source.readiness() if why is not None]
+        waiting = [(queue, why) for queue, why in board.readiness() if why is not None]
         if not waiting:
             return web.Response(text="ready\n")
         lines = "".join(f"queue {queue}: not ready: {redact_dsn(why)}\n" for queue, why in waiting)
@@ -52,8 +54,8 @@ def add_routes(
             telemetry_path=telemetry_path,
             uptime=time.monotonic() - started,
             now=time.time(),
-            config=source.config(),
-            queues=source.queue_status(),
+            config=board.config,
+            queues=board.statuses(),
         )
         return web.Response(text=status_page(page), content_type="text/html")
 
@@ -66,7 +68,7 @@ def add_routes(
             )
         if not lifecycle():
             return web.Response(status=403, text="Lifecycle API is not enabled.\n")
-        error = await source.reload()
+        error = await reload_config()
         if error is not None:
             return web.Response(status=500, text=f"failed to reload config: {error}\n")
         return web.Response(text="configuration reloaded\n")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from aiohttp import web
 
+from exporter.board import Board
 from exporter.settings import WebSettings, parse_listen_address
-from exporter.web.exposition import Exposition, StateSource
+from exporter.web.exposition import Exposition
 from exporter.web.middleware import middlewares, server_limits
 from exporter.web.routes import add_routes
 from exporter.web.watcher import WebConfigWatcher
@@ -25,19 +26,28 @@ class WebServer:
     """Serves /metrics and friends for one exporter process."""
 
     def __init__(
-        self, settings: WebSettings, source: StateSource, sockets: Sequence[int] = ()
+        self,
+        settings: WebSettings,
+        board: Board,
+        reload: Callable[[], Awaitable[str | None]],
+        sockets: Sequence[int] = (),
     ) -> None:
-        """``sockets``: listening file descriptors systemd passed, for --web.systemd-socket."""
+        """``board``: what every page shows; ``reload``: re-reads the configuration (None, or
+        why the running one stays); ``sockets``: listening file descriptors systemd passed,
+        for --web.systemd-socket."""
         self.settings = settings
         self._sockets = tuple(sockets)
         self.watcher = WebConfigWatcher(settings.config_file)
-        self.exposition = Exposition(source)
+        self.exposition = Exposition(board)
+        # Render as soon as a queue publishes, so scrapes rarely see the previous rendering.
+        board.listeners.append(self.exposition.refresh)
         self.app = web.Application(
             middlewares=middlewares(self.watcher), client_max_size=CLIENT_MAX_SIZE
         )
         add_routes(
             self.app,
-            source,
+            board,
+            reload,
             self.exposition,
             settings.telemetry_path,
             lifecycle=lambda: self.settings.enable_lifecycle,

@@ -119,7 +119,7 @@ def _counts(view: QueueView) -> list[str]:
 def _queue_row(status: QueueStatus, now: float) -> str:
     view = status.view
     state = "up" if view.up else "down"
-    role = "leader" if view.leader else "standby"
+    role = "leader" if view.collector else "standby"
     why = ""
     if status.ready is not None:
         # The reason is usually the last error, shown beside it: say it once.
@@ -132,7 +132,11 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         )
     else:
         error = '<span class="muted">none</span>'
-    tracked = _NOT_COUNTED if "tracked" in view.coverage.withheld else f"{view.tracked:,}"
+    withheld = view.tracked is None or "tracked" in view.coverage.withheld
+    tracked = _NOT_COUNTED if withheld else f"{view.tracked:,}"
+    # Job types are the table's text when it has text ones: whoever enqueues writes them.
+    folded = f", {view.folded:,} folded into other" if view.folded else ""
+    types = html.escape(" | ".join(view.labels) + folded, quote=True)
     cells = [
         f"<td><b>{html.escape(view.queue)}</b></td>",
         f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
@@ -141,6 +145,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         f"<td>{error}</td>",
         f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
         f'<td class="n">{tracked}</td>',
+        f'<td class="n" title="{types}">{len(view.labels):,}</td>',
         *(f'<td class="n">{cell}</td>' for cell in _counts(view)),
     ]
     return f'<tr id="queue-{html.escape(view.queue)}">' + "".join(cells) + "</tr>"
@@ -148,7 +153,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
 
 _HEAD = (
     "queue", "state", "role", "last success", "last error", "collection", "tracked jobs",
-    "pending", "running", "dead", "done", "stuck", "oldest pending",
+    "job types", "pending", "running", "dead", "done", "stuck", "oldest pending",
 )  # fmt: skip
 
 

@@ -356,7 +356,7 @@ def test_builder_stage_builds_a_wheel_from_exactly_the_copied_files(tmp_path: Pa
         entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
         scripts = archive.read(entry_points).decode()
     # Runtime files the image and the compose stack rely on.
-    assert {"exporter/sql/indexes.sql", "exporter/demo/schema.sql", "exporter/cli.py"} <= names
+    assert {"exporter/sql/indexes.sql", "exporter/sql/schema.sql", "exporter/cli.py"} <= names
     assert re.search(r"^jobqueue-exporter = exporter\.cli:main$", scripts, re.MULTILINE)
 
 
@@ -656,7 +656,7 @@ def test_compose_postgres_runs_schema_then_indexes_then_the_exporter_role() -> N
         if target.startswith("/docker-entrypoint-initdb.d/")
     )
     assert [source for _, source in initdb] == [
-        ROOT / "exporter" / "demo" / "schema.sql",
+        ROOT / "exporter" / "sql" / "schema.sql",
         ROOT / "exporter" / "sql" / "indexes.sql",
         COMPOSE_DIR / "initdb" / "30-exporter-role.sql",
     ]

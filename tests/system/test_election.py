@@ -91,6 +91,10 @@ def leader(samples: Samples | None) -> float | None:
     return None if not samples else samples.get(("jobqueue_exporter_leader", (("queue", QUEUE),)))
 
 
+def up(samples: Samples | None) -> float | None:
+    return None if not samples else samples.get(("jobqueue_up", (("queue", QUEUE),)))
+
+
 def counter(samples: Samples, name: str) -> float:
     """A counter summed over the queue's job types (and reasons)."""
     return sum(v for (n, labels), v in samples.items() if n == name and ("queue", QUEUE) in labels)
@@ -176,7 +180,9 @@ async def test_one_collector_at_a_time_and_a_takeover_that_counts_exactly(
         await until(first, lambda s: leader(s) == 1 and exports_queue(s))
         second = start_exporter("second", dsn, tmp_path)
         processes.append(second)
-        samples = await until(second, lambda s: leader(s) == 0)
+        # Leader 0 holds from the start (the lock is not taken yet): wait for the standby that
+        # reached the database and saw the lock held.
+        samples = await until(second, lambda s: leader(s) == 0 and up(s) == 1)
         assert samples[("jobqueue_up", (("queue", QUEUE),))] == 1  # a standby reaches the db
         assert not exports_queue(samples)
 
@@ -218,7 +224,7 @@ async def test_one_collector_at_a_time_and_a_takeover_that_counts_exactly(
             # --- Failover with the fleet running: measure what it loses.
             third = start_exporter("third", dsn, tmp_path)
             processes.append(third)
-            await until(third, lambda s: leader(s) == 0)
+            await until(third, lambda s: leader(s) == 0 and up(s) == 1)
             fleet.resume()
             await wait_for_completions(fleet, 20)
             last = await scrape(second)

@@ -22,7 +22,7 @@ from exporter.service import Service
 from exporter.settings import AlertSettings
 from tests.conftest import execute, fetch
 from tests.e2e_stack import processes, prometheus_query, start_prometheus, wait_ready
-from tests.helpers import fast_settings, wait_for_completions
+from tests.helpers import cursor, fast_settings, wait_for_completions
 
 pytestmark = pytest.mark.e2e
 
@@ -77,7 +77,7 @@ async def test_recording_rules_match_the_queues_own_reports(db_dsn: str, tmp_pat
                 started.append(prometheus)
                 await wait_ready(prometheus, http)
                 await exporter.queues[0].poller.wait_for_success()
-                since = exporter.queues[0].poller.tracker._started_at
+                since = cursor(exporter.queues[0].poller).tracker._started_at
                 assert since is not None
                 for _ in range(60):  # until Prometheus has scraped the exporter
                     if await prometheus_query(

@@ -105,7 +105,7 @@ async def test_sighup_reloads_the_file_and_a_bad_file_keeps_the_running_settings
     assert code == 0, lines[-5:]
     reloads = [line for line in lines if line["msg"].startswith("configuration reload")]
     assert [line["level"] for line in reloads] == ["INFO", "ERROR"]
-    assert "config.yml:3:3: duplicate key 'interval' (first at line 2)" in reloads[1]["error"]
+    assert "config.yml:3:3: duplicate key 'interval' (first at line 2)" in reloads[1]["err"]
     # Every line written while collecting names its queue.
     assert all(
         line.get("queue") == "orders" for line in lines if line["source"].startswith("poller.py")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-from collections.abc import Hashable, Sequence
 
 import pytest
 
-from exporter.model import ConfigStatus, QueueStatus, QueueView
+from exporter.board import Board
+from exporter.model import QueueStatus, QueueView
 from exporter.web import encoding
 from exporter.web.encoding import choose_encoding, encode_all, parse_accept_encoding
 from exporter.web.exposition import Exposition
@@ -70,32 +70,18 @@ def test_every_coding_decodes_to_the_body_and_gzip_is_deterministic() -> None:
         assert decompress(encoded["zstd"]) == body
 
 
-class Source:
-    """A StateSource whose verdict the test flips, counting the renderings it is asked for."""
+class CountingBoard(Board):
+    """A board on a clock the test moves, counting the renderings it is asked for."""
 
     def __init__(self) -> None:
-        self.up = True
-        self.generation_ = 0
+        self.now = 0.0
+        super().__init__(monotonic=lambda: self.now)
         self.renders = 0
+        self.publish(QueueStatus(view(up=True, fresh_until=10.0), None, None, None))
 
-    def generation(self) -> Hashable:
-        return self.generation_
-
-    def verdict(self) -> Hashable:
-        return self.up
-
-    def views(self) -> Sequence[QueueView]:
+    def views(self) -> list[QueueView]:
         self.renders += 1
-        return [view(up=self.up)]
-
-    def readiness(self) -> Sequence[tuple[str, str | None]]:
-        return [("orders", None if self.up else "down")]
-
-    def config(self) -> ConfigStatus:
-        return ConfigStatus(last_success_at=1.0)
-
-    def queue_status(self) -> Sequence[QueueStatus]:
-        return []
+        return super().views()
 
 
 def up_line(body: bytes) -> bytes:
@@ -103,33 +89,39 @@ def up_line(body: bytes) -> bytes:
 
 
 async def test_fifty_concurrent_scrapes_cost_one_rendering_in_every_coding() -> None:
-    source = Source()
-    exposition = Exposition(source)
+    board = CountingBoard()
+    exposition = Exposition(board)
     bodies = await asyncio.gather(*(exposition.body() for _ in range(50)))
-    assert source.renders == 1
+    assert board.renders == 1
     assert all(b is bodies[0] for b in bodies)
     assert gzip.decompress(bodies[0]["gzip"]) == bodies[0]["identity"]
 
 
 async def test_a_changed_verdict_is_never_served_from_the_previous_rendering() -> None:
-    source = Source()
-    exposition = Exposition(source)
+    board = CountingBoard()
+    exposition = Exposition(board)
     assert up_line((await exposition.body())["identity"]).endswith(b" 1.0")
-    source.up = False  # a collection failed; no new generation yet
+    board.now = 10.5  # the snapshot went stale; nothing was published meanwhile
     body = await exposition.body()
     assert up_line(body["identity"]).endswith(b" 0.0")
     assert up_line(gzip.decompress(body["gzip"])).endswith(b" 0.0")
+    assert b"jobqueue_jobs{" not in body["identity"]  # the stale gauges are withdrawn
+    # A failed collection publishes up 0 at once: never served from the rendering before it.
+    board.now = 0.0
+    assert up_line((await exposition.body())["identity"]).endswith(b" 1.0")
+    board.publish(QueueStatus(view(up=False, fresh_until=10.0), "down", "down", 1.0))
+    assert up_line((await exposition.body())["identity"]).endswith(b" 0.0")
 
 
 async def test_a_new_generation_with_the_same_verdict_is_served_one_rendering_late() -> None:
-    source = Source()
-    exposition = Exposition(source)
+    board = CountingBoard()
+    exposition = Exposition(board)
     first = await exposition.body()
-    source.generation_ += 1
-    exposition.refresh()  # what the service does after each collection
+    board.publish(QueueStatus(view(up=True, fresh_until=10.0), None, None, None))
+    exposition.refresh()  # what the board's listener does after each publication
     pending = exposition._pending
     assert pending is not None
     assert await exposition.body() is first  # counters may trail by one collection, no more
     await pending
     assert await exposition.body() is not first
-    assert source.renders == 2
+    assert board.renders == 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.changefeed import FOREVER, MARGIN, NIL, ChangeFeed, Horizon
+from exporter.counting.changefeed import FOREVER, MARGIN, NIL, ChangeFeed
+from exporter.counting.horizon import Horizon
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -13,8 +14,15 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def horizon(now: float, lower: float | None = None, hidden: int = 0, prepared: int = 0) -> Horizon:
-    return Horizon(at(now), at(now if lower is None else lower), hidden, prepared)
+def horizon(
+    now: float, lower: float | None = None, hidden: int = 0, prepared: int = 0
+) -> Horizon[datetime]:
+    return Horizon(
+        lower_bound=at(now if lower is None else lower),
+        prepared=prepared,
+        hidden=hidden,
+        now=at(now),
+    )
 
 
 def test_the_baseline_starts_the_cursor_at_the_bound_below_the_oldest_transaction() -> None:

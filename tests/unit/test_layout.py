@@ -29,20 +29,20 @@ LAYERS = {
     "settings": 1,
     "model": 1,
     "counting": 2,
-    "profiles": 3,
+    "profiles": 4,  # the default profile's SQL comes through db's loader
     "db": 3,  # runs the counting modes' Query values
     "metrics": 2,
     "logs": 2,
     "rules": 2,
-    "poller": 4,
-    "preset_poller": 4.5,  # a Poller subclass, chosen by runtime
+    "board": 2,
     "election": 4,
+    "poller": 5,
     "web": 3,
-    "runtime": 5,
-    "service": 6,
-    "demo": 7,
-    "cli": 8,
-    "__main__": 9,
+    "runtime": 6,
+    "service": 7,
+    "demo": 8,
+    "cli": 9,
+    "__main__": 10,
 }
 
 IO = ("asyncio", "asyncpg", "aiohttp", "os", "socket", "subprocess", "logging", "time")

@@ -88,7 +88,7 @@ def test_a_stale_queue_withdraws_its_gauges_and_keeps_counters_and_health() -> N
 
 
 def test_a_standby_exports_only_up_and_leader() -> None:
-    found = samples(view(leader=False, snapshot=None, tallies=None))
+    found = samples(view(leader=False, collector=False, snapshot=None, tallies=None))
     assert names(found) == {"jobqueue_up", "jobqueue_exporter_leader"}
     assert get(found, "jobqueue_exporter_leader") == 0
 

@@ -1,5 +1,6 @@
-"""A preset's reading in the exporter's model: bounded labels and reasons, counted once, and no
-series for what the preset cannot tell. Pure: no database, no library."""
+"""A preset's reading in the exporter's model: bounded labels and reasons, counted once straight
+into the queue's tallies, and no series for what the preset cannot tell. Pure: no database, no
+library."""
 
 from __future__ import annotations
 
@@ -7,23 +8,16 @@ from dataclasses import replace
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.counting.ledger import Ledger
 from exporter.metrics import render
-from exporter.model import Histogram, QueueView
+from exporter.model import Histogram, PresetJobTypes, QueueView
 from exporter.model import Tallies as ModelTallies
-from exporter.poller import Poller
-from exporter.preset_poller import PresetPoller
 from exporter.profiles import PRESETS
-from exporter.profiles.base import Gauges, Reading, Tallies
-from exporter.profiles.mapping import (
-    NEVER_FILLED,
-    Carried,
-    PresetJobTypes,
-    carry,
-    coverage_of,
-    failure_reason,
-    snapshot_of,
-)
-from exporter.profiles.pgqueuer import HEARTBEAT_REASON
+from exporter.profiles.base import Gauges, Reading, Row
+from exporter.profiles.mapping import NEVER_FILLED, coverage_of, snapshot_of
+from exporter.profiles.pgqueuer import PgqueuerReader
+from exporter.profiles.preset import PresetMode
+from exporter.profiles.procrastinate import ProcrastinateReader
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from exporter.settings.schema import DatabaseSettings
@@ -37,8 +31,13 @@ def model_tallies() -> ModelTallies:
     return ModelTallies(BOUNDS, BOUNDS, BOUNDS)
 
 
-def reader_tallies() -> Tallies:
-    return Tallies(duration_bounds=BOUNDS, wait_bounds=BOUNDS, latency_bounds=BOUNDS)
+def ledger(cap: int = 10) -> Ledger:
+    return Ledger(PresetJobTypes(cap), model_tallies())
+
+
+def pgqueuer_event(status: str, statuses: list[str], reason: str | None = None) -> Row:
+    return {"status": status, "job_type": "job", "reason": reason, "statuses": statuses,
+            "has_traceback": False, "ats": [], "at": 0.0}  # fmt: skip
 
 
 def test_the_profile_names_in_the_vocabulary_are_the_registered_presets() -> None:
@@ -59,25 +58,36 @@ def test_coverage_follows_each_presets_capabilities() -> None:
 
 
 def test_exception_types_fold_into_error_and_a_heartbeat_repick_is_a_lost_lease() -> None:
-    assert failure_reason("ValueError") == ERROR
-    assert failure_reason("some.module.VeryCustomError") == ERROR
-    assert failure_reason("unknown") == ERROR
-    assert failure_reason(HEARTBEAT_REASON) == LEASE_EXPIRED
-    assert {failure_reason(r) for r in ("a", "b", HEARTBEAT_REASON)} <= set(FAILURE_REASONS)
+    reader = PgqueuerReader(ledger=ledger())
+    for reason in ("ValueError", "some.module.VeryCustomError", None):
+        reader.count(pgqueuer_event("exception", ["queued", "picked"], reason))
+    reader.count(pgqueuer_event("picked", ["queued", "picked"]))  # re-picked: heartbeat stale
+    assert reader.tallies.failures == {("job", ERROR): 3, ("job", LEASE_EXPIRED): 1}
+    assert reader.tallies.dead == {("job", ERROR): 3}
+    assert {reason for _, reason in reader.tallies.failures} <= set(FAILURE_REASONS)
 
 
-def test_counts_carry_over_once_across_cycles() -> None:
-    labels = PresetJobTypes(10)
-    target, carried, now = model_tallies(), Carried(), reader_tallies()
-    now.enqueued["email"] = 3
-    now.completed["email"] = 1
-    now.observe("email", duration=2.0, wait=0.5, latency=20.0)
-    carry(target, carried, now, labels)
-    carry(target, carried, now, labels)  # nothing new: nothing added
-    now.enqueued["email"] += 2
-    now.observe("email", duration=0.5, wait=None, latency=5.0)
-    now.completed["email"] += 1
-    carry(target, carried, now, labels)
+def test_procrastinate_failures_are_errors_and_a_retry_for_a_failure_is_no_requeue() -> None:
+    reader = ProcrastinateReader(ledger=ledger())
+    for kind in ("deferred", "deferred_for_retry", "failed", "retried", "cancelled"):
+        reader.count({"type": kind, "job_type": "task"})
+    assert reader.tallies.counters() == {
+        "enqueued": {"task": 1}, "completed": {}, "failures": {("task", ERROR): 2},
+        "dead": {("task", ERROR): 1}, "requeued": {"task": 1}, "cancelled": {"task": 1},
+    }  # fmt: skip
+
+
+def test_counts_go_straight_into_the_queues_tallies_once() -> None:
+    counts = ledger()
+    for _ in range(3):
+        counts.enqueued("email")
+    counts.completed("email", duration=2.0, wait=0.5, latency=20.0)
+    counts.settle()
+    counts.settle()  # nothing new: nothing added
+    counts.enqueued("email")
+    counts.enqueued("email")
+    counts.completed("email", duration=0.5, wait=None, latency=5.0)
+    target = counts.tallies
     assert target.enqueued == {"email": 5}
     assert target.completed == {"email": 2}
     assert target.duration["email"].count == 2
@@ -88,30 +98,34 @@ def test_counts_carry_over_once_across_cycles() -> None:
 
 
 def test_requeued_counts_only_requeues_by_hand() -> None:
-    labels = PresetJobTypes(10)
-    target, carried, now = model_tallies(), Carried(), reader_tallies()
-    # Two automatic retries (a failure each, requeued), one permanent failure ...
-    now.failures[("job", "ValueError")] = 3
-    now.requeued["job"] = 2
-    now.dead[("job", "ValueError")] = 1
-    carry(target, carried, now, labels)
+    counts = ledger()
+    # Two automatic retries (a failure each, retried), one permanent failure ...
+    for _ in range(2):
+        counts.failed("job", ERROR)
+        counts.retried("job")
+    counts.failed("job", ERROR)
+    counts.dead("job", ERROR)
+    counts.settle()
+    target = counts.tallies
     assert target.requeued["job"] == 0
     assert target.failures[("job", ERROR)] == 3
     assert target.dead[("job", ERROR)] == 1
     # ... then an operator puts the dead job back.
-    now.requeued["job"] += 1
-    carry(target, carried, now, labels)
+    counts.retried("job")
+    counts.settle()
+    assert target.requeued["job"] == 1
+    counts.settle()  # counted once
     assert target.requeued["job"] == 1
 
 
 def test_job_types_beyond_the_cap_fold_into_other_and_reasons_stay_bounded() -> None:
-    labels = PresetJobTypes(2)
-    target, carried, now = model_tallies(), Carried(), reader_tallies()
+    counts = ledger(cap=2)
     for name in ("a", "b", "c", "d"):
-        now.enqueued[name] = 1
-        now.failures[(name, f"{name.upper()}Error")] = 1
-        now.dead[(name, f"{name.upper()}Error")] = 1
-    carry(target, carried, now, labels)
+        counts.enqueued(name)
+        counts.failed(name, ERROR)
+        counts.dead(name, ERROR)
+    counts.settle()
+    target, labels = counts.tallies, counts.labels
     assert target.enqueued == {"a": 1, "b": 1, "other": 2}
     assert target.failures == {("a", ERROR): 1, ("b", ERROR): 1, ("other", ERROR): 2}
     assert labels.labels == ["a", "b", "other"]
@@ -202,19 +216,18 @@ def test_a_preset_queue_exports_no_series_for_what_it_cannot_tell() -> None:
 
 
 def test_histograms_from_the_reader_keep_the_configured_bounds() -> None:
-    labels = PresetJobTypes(10)
-    target, carried, now = model_tallies(), Carried(), reader_tallies()
-    now.observe("email", duration=50.0, wait=None, latency=None)
-    carry(target, carried, now, labels)
-    assert target.duration["email"] == Histogram(BOUNDS, [0, 0], 50.0, 1)
+    counts = ledger()
+    counts.completed("email", duration=50.0, wait=None, latency=None)
+    assert counts.tallies.duration["email"] == Histogram(BOUNDS, [0, 0], 50.0, 1)
 
 
-def test_the_profile_chooses_the_collection_loop_and_the_election_table() -> None:
+def test_the_profile_chooses_the_counting_mode_and_the_election_table() -> None:
     own = QueueSettings(name="own", database=DatabaseSettings(dsn="postgresql://u@h/a"))
     boss = replace(own, name="boss", profile="pgboss")
-    mine, theirs = QueueRuntime(own, lambda: None), QueueRuntime(boss, lambda: None)
-    assert type(mine.poller) is Poller
-    assert isinstance(theirs.poller, PresetPoller)
+    mine, theirs = QueueRuntime(own), QueueRuntime(boss)
+    assert mine.poller.profile.name == "default"
+    assert not isinstance(mine.poller.mode, PresetMode)
+    assert isinstance(theirs.poller.mode, PresetMode)
     # The advisory lock is keyed by the watched table's OID: the library's main table.
     assert mine.election is not None
     assert theirs.election is not None
@@ -223,9 +236,16 @@ def test_the_profile_chooses_the_collection_loop_and_the_election_table() -> Non
     assert theirs.database.options.table == "pgboss.job"
 
 
+def _reader(runtime: QueueRuntime) -> PgqueuerReader | ProcrastinateReader:
+    mode = runtime.poller.mode
+    assert isinstance(mode, PresetMode)
+    assert isinstance(mode.reader, PgqueuerReader | ProcrastinateReader)
+    return mode.reader
+
+
 def test_the_heartbeat_timeout_reaches_the_reader_and_defaults_to_the_librarys() -> None:
     base = QueueSettings(name="q", database=DatabaseSettings(dsn="postgresql://u@h/a"))
     tuned = replace(base, profile="pgqueuer", collect=replace(base.collect, heartbeat_timeout=5.0))
     default = replace(base, profile="procrastinate")
-    assert QueueRuntime(tuned, lambda: None).poller.reader.stuck_after == 5.0
-    assert QueueRuntime(default, lambda: None).poller.reader.stuck_after == 30.0
+    assert _reader(QueueRuntime(tuned)).stuck_after == 5.0
+    assert _reader(QueueRuntime(default)).stuck_after == 30.0

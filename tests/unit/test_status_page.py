@@ -45,8 +45,9 @@ def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> 
     orders, mails = parsed.rows["orders"], parsed.rows["mails"]
     assert orders[:4] == ["orders", "up", "leader", "12 s ago"]
     assert "none" in orders  # no error
-    # collection time, tracked jobs, pending, running, dead, done (not counted), stuck, oldest
-    assert orders[5:] == ["4.2 ms", "4", "3", "1", "4", DASH, "1", "12 s"]
+    # collection time, tracked jobs, job types, pending, running, dead, done (not counted),
+    # stuck, oldest
+    assert orders[5:] == ["4.2 ms", "4", "2", "3", "1", "4", DASH, "1", "12 s"]
     assert mails[:3] == ["mails", "down", "not ready"]  # why: the last error, beside it
     assert "connection failed: refused" in mails
     assert "5 s ago" in mails
@@ -72,7 +73,9 @@ def test_a_reason_other_than_the_last_error_is_named() -> None:
 
 def test_a_standby_says_so() -> None:
     status = healthy()
-    standby = QueueStatus(view(leader=False, snapshot=None, tallies=None), None, None, None)
+    standby = QueueStatus(
+        view(leader=False, collector=False, snapshot=None, tallies=None), None, None, None
+    )
     assert RenderedPage(page(status, standby)).rows["orders"][2] == "standby"
 
 
@@ -119,5 +122,6 @@ def test_a_preset_queue_shows_dashes_for_what_its_profile_cannot_tell() -> None:
     coverage = coverage_of(PRESETS["procrastinate"].capabilities)
     v = view("tasks", coverage=coverage, snapshot=replace(view().snapshot, dead=None))
     parsed = RenderedPage(page(QueueStatus(v, None, None, None)))
-    # tracked jobs (no tracker), then pending, running, dead (held: not exported), done
-    assert parsed.rows["tasks"][6:10] == [DASH, "3", "1", DASH]
+    # tracked jobs (no tracker), job types, then pending, running, dead (held: not
+    # exported), done
+    assert parsed.rows["tasks"][6:11] == [DASH, "2", "3", "1", DASH]

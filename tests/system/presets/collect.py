@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -12,6 +13,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from exporter.profiles.base import Query, Reading, Results, Row
+from exporter.profiles.pgqueuer import HEARTBEAT_REASON
+from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 
 class CycleReader(Protocol):
@@ -22,6 +25,29 @@ class CycleReader(Protocol):
     def queries(self, horizon: Row) -> list[Query]: ...
 
     def apply(self, results: Results) -> Reading: ...
+
+
+def as_counted(counters: dict[str, dict[Any, int]]) -> dict[str, dict[Any, int]]:
+    """A library's own record as the exporter counts it (docs/presets.md, "In the exporter"):
+    reasons bounded (a heartbeat re-pick is a lost lease, anything else an error), requeues by
+    hand only (every retry minus the failed attempts that did not die), no zeros."""
+
+    def reason(found: str) -> str:
+        return LEASE_EXPIRED if found == HEARTBEAT_REASON else ERROR
+
+    out: dict[str, Counter[Any]] = {name: Counter() for name in counters}
+    for name in ("enqueued", "completed", "cancelled"):
+        out[name].update(counters.get(name, {}))
+    for name in ("failures", "dead"):
+        for (job_type, found), n in counters.get(name, {}).items():
+            out[name][(job_type, reason(found))] += n
+    by_hand: Counter[str] = Counter(counters.get("requeued", {}))
+    for (job_type, _), n in counters.get("failures", {}).items():
+        by_hand[job_type] -= n
+    for (job_type, _), n in counters.get("dead", {}).items():
+        by_hand[job_type] += n
+    out["requeued"] = Counter({job_type: n for job_type, n in by_hand.items() if n > 0})
+    return {name: {k: v for k, v in found.items() if v} for name, found in out.items()}
 
 
 @dataclass

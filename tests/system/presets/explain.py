@@ -4,7 +4,7 @@ The history is generated with generate_series into the schema each library insta
 then VACUUM ANALYZE; a few hundred new jobs land between cycles, as on a busy queue.
 
 Run the measurement that docs/presets.md quotes (from the work tree, with .venv set up):
-    .venv/bin/python -m tests.system.presets.explain
+    .venv/bin/python -m tests.system.presets.explain [procrastinate|pgqueuer|pgboss|django-tasks]
 """
 
 from __future__ import annotations
@@ -213,19 +213,19 @@ async def measure(
 async def exporter_collections(
     conn: asyncpg.Connection, dsn: str, preset: str, batch: list[str], cycles: int
 ) -> list[float]:
-    """Wall time (ms) of the exporter's own collections of the same queue: PresetPoller, its
-    pool, db/presets.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
+    """Wall time (ms) of the exporter's own collections of the same queue: Poller, its
+    pool, db/cycle.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
     from dataclasses import replace
 
     from exporter.db import Database
-    from exporter.preset_poller import PresetPoller
+    from exporter.poller import Poller
     from exporter.runtime import connect_options
     from exporter.settings import QueueSettings
     from exporter.settings.schema import DatabaseSettings
 
     queue = QueueSettings(name=preset, database=DatabaseSettings(dsn=dsn), profile=preset)
     queue = replace(queue, collect=replace(queue.collect, leader_election=False))
-    poller = PresetPoller(queue, Database(connect_options(queue)))
+    poller = Poller(queue, Database(connect_options(queue)))
     out: list[float] = []
     try:
         for _ in range(3):  # the baseline, the index check, the first counting cycle
@@ -246,6 +246,7 @@ async def _main() -> None:
     from exporter.profiles.pgqueuer import PgqueuerReader
     from exporter.profiles.procrastinate import ProcrastinateReader
     from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
+    from tests.system.presets.django_explain import measure_django_tasks
 
     cluster = Cluster()
     cluster.start()
@@ -257,6 +258,7 @@ async def _main() -> None:
             ),
             ("pgqueuer", lambda dsn: measure_pgqueuer(dsn, pgqueuer_harness.install)),
             ("pgboss", lambda dsn: measure_pgboss(dsn, pgboss_harness)),
+            ("django-tasks", measure_django_tasks),
         ]
         for name, run in cases:
             if len(sys.argv) > 1 and name not in sys.argv[1:]:

@@ -3,7 +3,7 @@
 Real libraries, real workers: the procrastinate, pgqueuer and pg-boss workloads of the
 ground-truth tests run while the exporter service (the one `jobqueue-exporter run` starts)
 collects all four queues. Every counter on /metrics must equal what the library's own tables
-say, mapped the documented way (profiles/mapping.py); then stopping the pgqueuer database's
+say, mapped the documented way (docs/presets.md, "In the exporter"); then stopping the pgqueuer database's
 server must take down only that queue's jobqueue_up.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -23,15 +22,14 @@ import pytest
 from exporter.db import Database
 from exporter.demo.cluster import Cluster
 from exporter.metrics import render
-from exporter.model import Tallies as ModelTallies
-from exporter.preset_poller import PresetPoller
-from exporter.profiles.base import Tallies
-from exporter.profiles.mapping import Carried, PresetJobTypes, carry
+from exporter.poller import Poller
+from exporter.profiles.preset import PresetMode
 from exporter.runtime import connect_options
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from tests.conftest import PgServer, dsn_with_database, execute
-from tests.helpers import fast_queue, get, parse, wait_until
+from tests.helpers import cursor, fast_queue, get, parse, wait_until
+from tests.system.presets.collect import as_counted
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -89,20 +87,6 @@ def pgqueuer_db(fresh_cluster: Cluster) -> str:
     return fresh_cluster.dsn("pgq")
 
 
-def expected(counters: dict[str, dict[Any, int]]) -> ModelTallies:
-    """The library's ground truth as the exporter must show it (docs/presets.md mapping)."""
-    truth = Tallies(
-        enqueued=Counter(counters.get("enqueued", {})),
-        completed=Counter(counters.get("completed", {})),
-        failures=Counter(counters.get("failures", {})),
-        dead=Counter(counters.get("dead", {})),
-        requeued=Counter(counters.get("requeued", {})),
-    )
-    out = ModelTallies((1.0,), (1.0,), (1.0,))
-    carry(out, Carried(), truth, PresetJobTypes(50))
-    return out
-
-
 def exported(samples: Samples, queue: str, metric: str, *keys: str) -> dict[Any, float]:
     """Non-zero samples of one metric of one queue, keyed by the given labels."""
     out: dict[Any, float] = {}
@@ -125,11 +109,12 @@ def counters_of(samples: Samples, queue: str) -> dict[str, dict[Any, float]]:
     }
 
 
-def counters_wanted(tallies: ModelTallies) -> dict[str, dict[Any, float]]:
-    """The same shape, from the expected Tallies."""
+def counters_wanted(counters: dict[str, dict[Any, int]]) -> dict[str, dict[Any, float]]:
+    """The same shape, from a library's record as the exporter counts it."""
     out = {
-        name: {key: float(n) for key, n in getattr(tallies, name).items() if n}
-        for name in ("enqueued", "completed", "requeued", "failures", "dead")
+        name: {key: float(n) for key, n in found.items() if n}
+        for name, found in as_counted(counters).items()
+        if name != "cancelled"  # counted, not exported yet
     }
     return {name: values for name, values in out.items() if values}
 
@@ -167,16 +152,16 @@ async def test_one_exporter_counts_three_presets_and_the_default_queue_exactly(
 
     try:
         pollers = [service.queue(name).poller for name in PRESET_QUEUES]
-        presets = [p for p in pollers if isinstance(p, PresetPoller)]
-        assert len(presets) == 3, "profile: selects the preset's collection loop"
+        presets = [p.mode for p in pollers if isinstance(p.mode, PresetMode)]
+        assert len(presets) == 3, "profile: selects the preset's counting mode"
         # Counting starts at each queue's baseline: the workloads begin after it.
         await wait_until(
-            lambda: all(getattr(p.reader, "counting", False) for p in presets),
+            lambda: all(getattr(mode.reader, "counting", False) for mode in presets),
             within=60,
             what="every preset reader counting",
         )
         own = service.queue("own").poller
-        await wait_until(lambda: own.tracker.started and own.health.up, within=60)
+        await wait_until(lambda: cursor(own).tracker.started and own.health.up, within=60)
         for _ in range(DEFAULT_JOBS):
             await execute(db_dsn, "INSERT INTO job (job_type) VALUES (7)")
 
@@ -185,7 +170,7 @@ async def test_one_exporter_counts_three_presets_and_the_default_queue_exactly(
             "pgq": (await run_pgqueuer(pgqueuer_db)).counters,
             "boss": (await run_pgboss(pgboss_db)).counters,
         }
-        wanted = {name: counters_wanted(expected(counters)) for name, counters in truths.items()}
+        wanted = {name: counters_wanted(counters) for name, counters in truths.items()}
         wanted["own"] = {"enqueued": {"7": float(DEFAULT_JOBS)}}
 
         last: dict[str, dict[str, dict[Any, float]]] = {}
@@ -264,7 +249,7 @@ async def test_a_preset_that_cannot_count_marks_its_queue_down_and_recovers(
     blind_dsn = dsn_with_database(admin.replace("postgres@", f"{role}:pw@", 1), dbname)
     other = await asyncpg.connect(procrastinate_db)  # a session the role cannot see
     settings = replace(fast_queue(blind_dsn, name="tasks"), profile="procrastinate")
-    poller = PresetPoller(settings, Database(connect_options(settings)))
+    poller = Poller(settings, Database(connect_options(settings)))
     try:
         assert not await poller.collect_once()
         assert poller.health.errors == {"permission": 1}

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import pytest
 
-from exporter.profiles.eventlog import EventLogReader
+from exporter.counting.eventlog import EventLogReader
 from exporter.profiles.pgqueuer import PgqueuerReader
 from exporter.profiles.procrastinate import ProcrastinateReader
 from tests.system.presets.collect import Poller

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON, PgqueuerReader
-from tests.system.presets.collect import Poller
+from tests.system.presets.collect import Poller, as_counted
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ async def test_counters_and_gauges_equal_pgqueuer_ground_truth(pgqueuer_dsn: str
     for (entrypoint, status), n in truth.log.items():
         assert truth.statistics.get((entrypoint, status)) == n, (entrypoint, status)
     # ... and the reader, polling all along, agrees with the log exactly.
-    assert reader.tallies.counters() == truth.counters
+    assert reader.tallies.counters() == as_counted(truth.counters)
     assert {t: h.count for t, h in reader.tallies.duration.items()} == truth.histogram_counts
     assert {t: h.count for t, h in reader.tallies.latency.items()} == truth.histogram_counts
     assert reader.tallies.wait == {}  # not exported: pgqueuer does not keep execute_after

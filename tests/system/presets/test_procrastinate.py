@@ -6,7 +6,7 @@ import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.procrastinate import ProcrastinateReader
-from tests.system.presets.collect import Poller
+from tests.system.presets.collect import Poller, as_counted
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ async def test_counters_and_gauges_equal_procrastinate_ground_truth(procrastinat
     assert truth.counters["dead"] == {("bad", UNKNOWN_REASON): 3}
     assert truth.stalled_jobs_found == 1
     # ... and the reader, polling all along, agrees with it exactly, counter by counter.
-    assert reader.tallies.counters() == truth.counters
+    assert reader.tallies.counters() == as_counted(truth.counters)
     assert {t: h.count for t, h in reader.tallies.duration.items()} == truth.histogram_counts
     assert {t: h.count for t, h in reader.tallies.wait.items()} == truth.histogram_counts
     assert {t: h.count for t, h in reader.tallies.latency.items()} == truth.histogram_counts

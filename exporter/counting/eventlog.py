@@ -1,21 +1,21 @@
-"""The event-log counting mode: an id cursor over an append-only log, exact under late commits."""
+"""The event-log counting mode: an id cursor over an append-only log, exact under late commits.
+
+A library that appends one row per job event (procrastinate_events, pgqueuer_log) is read
+through an id range past a watermark that the horizon moves (:mod:`exporter.counting.horizon`);
+each event is counted once, by a subclass that knows the library's event words, into the
+queue's Tallies through a :class:`~exporter.counting.ledger.Ledger`. No I/O.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
+from exporter.counting.cycle import Query, Results, Row
+from exporter.counting.gauges import Reading, first, gauges_from
 from exporter.counting.horizon import Horizon, IdWatermark
-from exporter.profiles.base import (
-    Query,
-    Reading,
-    Results,
-    Row,
-    Tallies,
-    first,
-    gauges_from,
-    load_queries,
-)
+from exporter.counting.ledger import Ledger
+from exporter.model import Tallies
 
 
 class EventLogReader(ABC):
@@ -23,18 +23,16 @@ class EventLogReader(ABC):
 
     A cycle is: run :meth:`horizon_query` in autocommit and pass its row to :meth:`queries`;
     run the returned queries in order in one REPEATABLE READ, READ ONLY transaction; pass
-    their rows, by query name, to :meth:`apply`. ``tallies`` accumulates from the baseline on.
+    their rows, by query name, to :meth:`apply`. Counts go to ``ledger`` from the baseline on.
     """
 
-    preset: str
-    event_log: str  # the library's log table
-    default_stuck_after: float  # the library's own heartbeat / stalled-worker timeout
-
-    def __init__(self, stuck_after: float | None = None) -> None:
-        self.stuck_after = stuck_after if stuck_after is not None else self.default_stuck_after
-        self.sql = load_queries(self.preset, event_log=self.event_log)
+    def __init__(self, sql: dict[str, str], stuck_after: float, ledger: Ledger | None) -> None:
+        """``sql``: the statements horizon, snapshot, gauges and events; ``stuck_after``: the
+        heartbeat age past which a running job counts as stuck."""
+        self.stuck_after = stuck_after
+        self.sql = sql
+        self.ledger = ledger or Ledger()
         self.cursor = IdWatermark()
-        self.tallies = Tallies()
         self.counting = False
         self._reading_events = False
 
@@ -81,9 +79,14 @@ class EventLogReader(ABC):
             reading.warnings.append("prepared transactions hold the event cursor back")
         return reading
 
+    @property
+    def tallies(self) -> Tallies:
+        """What the ledger counted, by job-type label."""
+        return self.ledger.tallies
+
     @abstractmethod
     def count(self, event: Row) -> None:
-        """Add one event, seen for the first time, to the tallies."""
+        """Add one event, seen for the first time, to the ledger."""
 
 
 def last_index(values: Sequence[str], wanted: set[str], before: int | None = None) -> int | None:

@@ -1,0 +1,156 @@
+"""``python -m bench.mapped --rows N``: the exporter's cycle on a table read through a table:
+mapping, next to the reference job table holding the same rows.
+
+bench/data.py builds the reference table; ``app.tasks`` is the same rows under issue 20's names
+(text states and job types, a bigint id), with the exporter's indexes rendered from the mapping.
+Both are read by the real counting mode (the transition cursor, as the poller runs it), their
+cycles interleaved so that the machine's noise falls on both alike; the dead-letter recount
+cycles are reported apart, as bench/measure.py does. Prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from typing import Any
+
+import asyncpg
+
+from bench.data import Shape, build_table
+from bench.measure import explain, median, unique_name
+from exporter.counting.changefeed import FOREVER, NIL
+from exporter.counting.results import ResultPaths
+from exporter.counting.sqltext import index_statements
+from exporter.counting.tracker import TrackerOptions
+from exporter.counting.transitions import CursorOptions, TransitionCursor
+from exporter.db import ConnectOptions, Database, load_queries, run_cycle
+from exporter.db.catalog import inspect_table
+from exporter.demo.cluster import Cluster
+from exporter.model import JobTypeLabels, Tallies
+from exporter.settings.table import ROLES, TableMapping
+
+MAPPING = TableMapping(
+    name="app.tasks",
+    columns={
+        **{role: role for role in ROLES},
+        "job_id": "id", "job_type": "kind", "status": "state", "priority": "prio",
+        "attempts": "tries", "max_attempts": "max_tries", "worker_id": "locked_by",
+        "lease_until": "locked_until", "run_after": "not_before", "run_started_at": "started_at",
+        "result": "output", "last_error": "error", "created_at": "inserted_at",
+        "updated_at": "changed_at",
+    },
+    status_values={"pending": "queued", "running": "active", "done": "finished", "dead": "failed"},
+)  # fmt: skip
+
+COPY = """
+CREATE SCHEMA app;
+CREATE TABLE app.tasks (
+    id bigserial PRIMARY KEY, kind text NOT NULL, state text NOT NULL DEFAULT 'queued',
+    prio integer NOT NULL DEFAULT 100, payload jsonb NOT NULL DEFAULT '{}'::jsonb,
+    dedupe_key text, tries integer NOT NULL DEFAULT 0, max_tries integer NOT NULL DEFAULT 3,
+    locked_by text, locked_until timestamptz, not_before timestamptz NOT NULL DEFAULT now(),
+    started_at timestamptz, output jsonb, error text,
+    inserted_at timestamptz NOT NULL DEFAULT now(), changed_at timestamptz NOT NULL DEFAULT now()
+);
+INSERT INTO app.tasks (kind, state, prio, payload, dedupe_key, tries, max_tries, locked_by,
+                       locked_until, not_before, started_at, output, error, inserted_at,
+                       changed_at)
+SELECT 'app.jobs.kind_' || job_type,
+       CASE status WHEN 1 THEN 'queued' WHEN 2 THEN 'active' WHEN 3 THEN 'finished'
+                   ELSE 'failed' END,
+       priority, payload, dedupe_key, attempts, max_attempts, worker_id, lease_until, run_after,
+       run_started_at, result, last_error, created_at, updated_at
+FROM job ORDER BY created_at;
+CREATE INDEX tasks_claim_idx ON app.tasks (prio, inserted_at) WHERE state = 'queued';
+"""
+
+
+async def prepare(dsn: str, rows: int) -> None:
+    """The reference table of ``rows`` rows, and app.tasks holding the same rows."""
+    await build_table(dsn, Shape(rows))
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(COPY)
+        for statement in index_statements(MAPPING):
+            await conn.execute(statement.sql)
+        await conn.execute("VACUUM (ANALYZE) app.tasks")
+        await conn.execute("CHECKPOINT")
+    finally:
+        await conn.close()
+
+
+async def _mode(db: Database, mapping: TableMapping) -> TransitionCursor:
+    shape = await inspect_table(db, mapping)
+    options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=5000)
+    bounds = (1.0,)
+    tallies = Tallies(bounds, bounds, bounds)
+    mode = TransitionCursor(load_queries(mapping, shape), options, JobTypeLabels({}, 50), tallies)
+    await run_cycle(db, mode)  # the baseline
+    return mode
+
+
+async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, Any]]:
+    """Median cycle time (ms) of both tables over interleaved cycles, with their plans."""
+    db = Database(ConnectOptions(dsn=dsn))
+    tables = {"job (reference)": TableMapping(), "app.tasks (mapped)": MAPPING}
+    out: dict[str, dict[str, Any]] = {n: {"cycles": [], "recounts": []} for n in tables}
+    try:
+        modes = {name: await _mode(db, mapping) for name, mapping in tables.items()}
+        for _ in range(cycles):
+            for name, mode in modes.items():
+                await asyncio.sleep(pause)
+                _, durations = await run_cycle(db, mode)
+                total = sum(durations.values()) * 1000
+                out[name]["recounts" if "dead" in durations else "cycles"].append(total)
+        conn = await asyncpg.connect(dsn)
+        try:
+            for name, mode in modes.items():
+                sql = mode.sql
+                since = await conn.fetchval("SELECT now() - interval '1 second'")
+                paths = [list(p) for p in ResultPaths().as_tuple()]
+                out[name]["explain_ms"] = {
+                    "snapshot": (await explain(conn, sql["snapshot"], 600.0)).ms,
+                    "dead": (await explain(conn, sql["dead"])).ms,
+                    "changes_after": (
+                        await explain(conn, sql["changes_after"], since, NIL, FOREVER, 5000, *paths)
+                    ).ms,
+                }
+        finally:
+            await conn.close()
+    finally:
+        await db.close()
+    return out
+
+
+def main() -> None:
+    """Build both tables on a throwaway cluster, measure, print the table."""
+    parser = argparse.ArgumentParser(prog="python -m bench.mapped", description=__doc__)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--cycles", type=int, default=40)
+    parser.add_argument("--pause", type=float, default=0.1)
+    args = parser.parse_args()
+    cluster = Cluster()
+    cluster.start()
+    try:
+        name = unique_name("mapped")
+        cluster.create_database(name)
+        dsn = cluster.dsn(name)
+        began = time.perf_counter()
+        asyncio.run(prepare(dsn, args.rows))
+        built = time.perf_counter() - began
+        result = asyncio.run(compare(dsn, args.cycles, args.pause))
+    finally:
+        cluster.destroy()
+    print(f"{args.rows:,} rows each (built in {built:.0f} s), {args.cycles} cycles each\n")
+    print("| table | cycle median ms | dead recount cycle ms | EXPLAIN ANALYZE ms: snapshot, "
+          "dead, changes_after |")  # fmt: skip
+    print("|---|---|---|---|")
+    for name, figures in result.items():
+        plans = ", ".join(f"{ms:.2f}" for ms in figures["explain_ms"].values())
+        recount = median(figures["recounts"]) if figures["recounts"] else float("nan")
+        print(f"| {name} | {median(figures['cycles']):.2f} | {recount:.2f} | {plans} |")
+
+
+if __name__ == "__main__":
+    main()

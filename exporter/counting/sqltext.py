@@ -1,0 +1,187 @@
+"""The default profile's SQL, rendered for one table mapping: queries.sql and indexes.sql.
+
+queries.sql is a template (its header lists the placeholders); indexes.sql stays plain SQL for
+the reference table, so ``psql -f`` runs it as it is, and is rendered for another table by
+replacing the reference's names in its statements. No I/O beyond reading the packaged files.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+from exporter.counting.changefeed import NIL
+from exporter.settings import QueueSettings
+from exporter.settings.table import (
+    ROLES,
+    TableMapping,
+    quote_identifier,
+    quote_table,
+    sql_literal,
+)
+from exporter.vocabulary import DEFAULT_PROFILE, Status
+
+# A text job type is cut to this many characters in SQL: one more than the label keeps, so
+# the label knows it was cut (model.JobTypeLabels), and a megabyte never crosses the wire.
+JOB_TYPE_SQL_CHARS = 129
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+# The smallest key of each job_id type: the keyset cursor's start (every row sorts after it).
+_SENTINELS = {
+    "uuid": NIL,
+    "int2": str(-(2**15)),
+    "int4": str(-(2**31)),
+    "int8": str(-(2**63)),
+}
+_TEXT_SENTINEL = ""  # the empty string sorts first in every collation
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What the catalog says about the mapped table that the SQL must follow."""
+
+    job_id_type: str = "uuid"  # the base type's name: uuid, int2/int4/int8, text, varchar
+    job_type_text: bool = False  # text (or enum) job types instead of integers
+
+    @property
+    def cursor_start(self) -> str:
+        """The job_id text that sorts before every row (the keyset cursor's sentinel)."""
+        return _SENTINELS.get(self.job_id_type, _TEXT_SENTINEL)
+
+
+REFERENCE_SHAPE = TableShape()
+
+
+def _read(name: str) -> str:
+    return resources.files("exporter").joinpath(f"sql/{name}").read_text(encoding="utf-8")
+
+
+def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
+    values = {role: quote_identifier(mapping.column(role)) for role in ROLES}
+    values["table"] = quote_table(mapping.name)
+    for status in Status:
+        values[status.label] = sql_literal(mapping.value(status))
+    column = values["status"]
+    if mapping.reference_statuses:
+        values["status_code"] = column
+    else:
+        cases = " ".join(f"WHEN {values[s.label]} THEN {int(s)}" for s in Status)
+        # A value outside the four (a status of the table's own) reads as none of them: 0.
+        values["status_code"] = f"CASE {column} {cases} ELSE 0 END"
+    job_type = values["job_type"]
+    if shape.job_type_text:
+        values["job_type_out"] = f"left({job_type}::text, {JOB_TYPE_SQL_CHARS})"
+    else:
+        values["job_type_out"] = job_type
+    values["job_id_type"] = shape.job_id_type
+    values["cursor_start"] = sql_literal(shape.cursor_start)
+    values["cursor_nil"] = sql_literal(NIL)
+    return values
+
+
+def render_queries(mapping: TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
+    """The named blocks of queries.sql, rendered for ``mapping`` and the table's ``shape``."""
+    values = _placeholders(mapping, shape)
+    blocks: dict[str, str] = {}
+    for chunk in re.split(r"^-- name: ", _read("queries.sql"), flags=re.MULTILINE)[1:]:
+        name, _, body = chunk.partition("\n")
+        blocks[name.strip()] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], body).strip()
+    return blocks
+
+
+def index_name(mapping: TableMapping, suffix: str) -> str:
+    """The name of one exporter index on the mapped table (``job_exporter_active_idx`` on the
+    reference), its table part cut so the whole fits PostgreSQL's 63 bytes."""
+    tail = f"_exporter_{suffix}_idx"
+    return mapping.bare_name[: 63 - len(tail)] + tail
+
+
+_NAMES = "|".join(sorted(ROLES, key=len, reverse=True))
+_INDEX_TOKENS = re.compile(
+    r"(?P<index>\bjob_exporter_(?P<suffix>\w+?)_idx\b)"
+    r"|(?P<on>\bON\s+job\b)"
+    r"|(?P<among>\bstatus\s+IN\s*\((?P<numbers>[\d,\s]+)\))"
+    r"|(?P<equal>\bstatus\s*=\s*(?P<number>\d+))"
+    rf"|(?P<column>\b(?:{_NAMES})\b)"
+)
+
+
+@dataclass(frozen=True)
+class IndexStatement:
+    """One exporter index: its name, why it exists (the file's comment) and its statement."""
+
+    name: str
+    comment: str
+    sql: str
+
+
+def index_statements(mapping: TableMapping) -> list[IndexStatement]:
+    """indexes.sql's CREATE INDEX CONCURRENTLY statements, rendered for ``mapping``."""
+    values = _placeholders(mapping, REFERENCE_SHAPE)
+
+    def literal(number: str) -> str:
+        return values[Status(int(number)).label]
+
+    def one(match: re.Match[str]) -> str:
+        if match.group("index"):
+            return quote_identifier(index_name(mapping, match.group("suffix")))
+        if match.group("on"):
+            return f"ON {values['table']}"
+        if match.group("among"):
+            listed = ", ".join(literal(n.strip()) for n in match.group("numbers").split(","))
+            return f"{values['status']} IN ({listed})"
+        if match.group("equal"):
+            return f"{values['status']} = {literal(match.group('number'))}"
+        return values[match.group("column")]
+
+    statements: list[IndexStatement] = []
+    comment: list[str] = []
+    code: list[str] = []
+    for line in _read("indexes.sql").splitlines():
+        if line.startswith("--") and not code:
+            comment.append(line)
+            continue
+        if not line.strip() and not code:
+            comment = []  # the file's header, or a gap: not this statement's comment
+            continue
+        code.append(line)
+        if line.rstrip().endswith(";"):
+            sql = _INDEX_TOKENS.sub(one, "\n".join(code))
+            found = re.search(r"EXISTS\s+(\S+)", sql)
+            assert found is not None, sql
+            name = found.group(1).strip('"').replace('""', '"')
+            statements.append(IndexStatement(name, "\n".join(comment), sql))
+            comment, code = [], []
+    return statements
+
+
+def index_names(mapping: TableMapping) -> tuple[str, ...]:
+    """The names of the indexes the mapped table needs (what the index check looks for)."""
+    return tuple(statement.name for statement in index_statements(mapping))
+
+
+def index_script(queues: Sequence[QueueSettings]) -> str:
+    """The CREATE INDEX CONCURRENTLY statements every default-profile queue's table needs, each
+    with its reason, once per table: what ``jobqueue-exporter indexes`` prints."""
+    out = [
+        "-- The exporter's indexes for each queue's table (exporter/sql/indexes.sql, rendered",
+        "-- for its table: mapping). CONCURRENTLY does not block the queue's writes; each",
+        "-- statement runs on its own, outside a transaction, as psql -f runs them.",
+    ]
+    done: set[str] = set()
+    for queue in queues:
+        if queue.profile != DEFAULT_PROFILE:
+            out += ["", f"-- Queue {queue.name}: the {queue.profile} preset (docs/presets.md)."]
+            continue
+        mapping = queue.mapping
+        out += ["", f"-- Queue {queue.name}: table {mapping.name}."]
+        if mapping.name in done:
+            out.append("-- (the same table as an earlier queue: its indexes are above)")
+            continue
+        done.add(mapping.name)
+        for statement in index_statements(mapping):
+            out += (
+                ["", statement.comment, statement.sql] if statement.comment else ["", statement.sql]
+            )
+    return "\n".join(out) + "\n"

@@ -1,0 +1,193 @@
+"""The table mapping checked against the catalog: every column exists with a usable type, and
+every status value fits the status column (a label of it, for an enum).
+
+:func:`read_columns` asks PostgreSQL (pg_attribute, pg_type, pg_enum); :func:`check_mapping` is
+pure, so its messages are tested without a database. Each message names the field path and the
+YAML line of the mistake, and the table's real columns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from exporter.counting.sqltext import TableShape
+from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, translate
+from exporter.settings import ConfigError, QueueSettings, Settings
+from exporter.settings.table import (
+    ENUM,
+    INTEGER_TYPES,
+    ROLES,
+    TIME_TYPES,
+    TIME_WHY,
+    UNREAD_ROLES,
+    USABLE,
+    TableMapping,
+    quote_table,
+)
+from exporter.settings.yamlfile import suggest
+from exporter.vocabulary import DEFAULT_PROFILE, Status
+
+log = logging.getLogger(__name__)
+
+COLUMNS_QUERY = """
+SELECT a.attname::text AS name,
+       format_type(a.atttypid, a.atttypmod) AS declared,
+       CASE WHEN b.typtype = 'e' THEN 'enum' ELSE b.typname::text END AS base,
+       CASE WHEN b.typtype = 'e' THEN array(SELECT e.enumlabel::text FROM pg_enum e
+                                            WHERE e.enumtypid = b.oid ORDER BY e.enumsortorder)
+       END AS labels
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END
+WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column as the catalog declares it."""
+
+    name: str
+    declared: str  # format_type(): what \\d shows
+    base: str  # the base type's name, or "enum"
+    labels: tuple[str, ...] = ()  # an enum's labels
+
+
+class MappingError(Exception):
+    """The catalog proves the table mapping wrong; the message lists every mistake."""
+
+
+async def read_columns(conn: Any, mapping: TableMapping) -> list[Column] | None:
+    """The mapped table's columns, in order; None when the table does not exist."""
+    rows = await conn.fetch(COLUMNS_QUERY, quote_table(mapping.name))
+    if not rows:
+        return None
+    return [Column(r["name"], r["declared"], r["base"], tuple(r["labels"] or ())) for r in rows]
+
+
+async def inspect_table(database: Database, mapping: TableMapping) -> TableShape:
+    """The mapped table's shape from the catalog, on one of the pool's sessions;
+    DatabaseError("schema") naming every mistake when the catalog proves the mapping wrong."""
+    try:
+        async with database.session() as conn:
+            columns = await read_columns(conn, mapping)
+    except Exception as exc:
+        raise translate(exc) from None
+    try:
+        return check_mapping(mapping, columns)
+    except MappingError as exc:
+        raise DatabaseError("schema", f"the table mapping does not fit the table:\n{exc}") from None
+
+
+def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableShape:
+    """The table's shape, or MappingError naming every mistake with its field and line."""
+    problems: list[str] = []
+
+    def fail(path: str, message: str) -> None:
+        key, line = mapping.where(path)
+        problems.append(f"{key}: {message}{line}")
+
+    if columns is None:
+        fail("name", f"table {mapping.name} does not exist (or this role may not see it)")
+        raise MappingError("\n".join(problems))
+    found = {c.name: c for c in columns}
+    real = ", ".join(c.name for c in columns) or "none"
+    for role in ROLES:
+        name = mapping.column(role)
+        if role in UNREAD_ROLES and role not in mapping.named:
+            continue
+        column = found.get(name)
+        if column is None:
+            fail(
+                f"columns.{role}",
+                f"{mapping.name} has no column {name!r}{suggest(name, list(found))}; "
+                f"its columns: {real}",
+            )
+            continue
+        usable = USABLE.get(role)
+        if usable is not None and column.base not in usable:
+            wanted = TIME_WHY if usable == TIME_TYPES else "one of " + ", ".join(sorted(usable))
+            fail(f"columns.{role}", f"column {name} is {column.declared}; {role} needs {wanted}")
+    status = found.get(mapping.column("status"))
+    if status is not None:
+        _check_status_values(mapping, status, fail)
+    if problems:
+        raise MappingError("\n".join(problems))
+    job_id = found[mapping.column("job_id")]
+    job_type = found[mapping.column("job_type")]
+    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES)
+
+
+def _check_status_values(
+    mapping: TableMapping, column: Column, fail: Callable[[str, str], None]
+) -> None:
+    for status in Status:
+        value = mapping.value(status)
+        path = f"status_values.{status.label}"
+        if column.base in INTEGER_TYPES and not isinstance(value, int):
+            fail(path, f"{value!r} is text, but column {column.name} is {column.declared}")
+        elif column.base not in INTEGER_TYPES and isinstance(value, int):
+            fail(path, f"{value} is a number, but column {column.name} is {column.declared}")
+        elif column.base == ENUM and value not in column.labels:
+            labels = ", ".join(column.labels)
+            fail(
+                path,
+                f"{value!r} is not a value of {column.declared}{suggest(str(value), column.labels)}"
+                f"; its values: {labels}",
+            )
+
+
+async def _check_one(queue: QueueSettings) -> str | None:
+    """The catalog's verdict on one queue's mapping: None when it fits or cannot be asked."""
+    assert queue.database.dsn is not None
+    mapping = queue.mapping
+    try:
+        conn = await asyncpg.connect(
+            queue.database.dsn,
+            timeout=queue.database.connect_timeout,
+            command_timeout=queue.collect.statement_timeout,
+            server_settings={
+                "application_name": APPLICATION_NAME,
+                "default_transaction_read_only": "on",
+            },
+        )
+    except Exception as exc:
+        # A database that is down must not keep the exporter from serving jobqueue_up 0: the
+        # first collection that reaches it checks the mapping instead.
+        log.warning(
+            "table mapping not checked now: the database cannot be reached; the first "
+            "collection checks it",
+            extra={"fields": {"queue": queue.name, "err": f"{type(exc).__name__}: {exc}"}},
+        )
+        return None
+    try:
+        check_mapping(mapping, await read_columns(conn, mapping))
+    except MappingError as exc:
+        return f"queue {queue.name}: the table mapping does not fit the table:\n{exc}"
+    except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
+        log.warning(
+            "table mapping not checked now: the catalog query failed; the first collection "
+            "checks it",
+            extra={"fields": {"queue": queue.name, "err": f"{type(exc).__name__}: {exc}"}},
+        )
+    finally:
+        await conn.close()
+    return None
+
+
+async def check_tables(settings: Settings) -> None:
+    """Check every default-profile queue's table mapping against its database's catalog, all at
+    once; ConfigError naming each mistake (field, YAML line, real columns). A database that
+    cannot be reached is not an error: it is checked at its first collection."""
+    queues = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
+    verdicts = await asyncio.gather(*(_check_one(queue) for queue in queues))
+    problems = [verdict for verdict in verdicts if verdict is not None]
+    if problems:
+        raise ConfigError("\n".join(problems))

@@ -1,0 +1,73 @@
+"""The default profile: the reference ``job`` table, or any table with its meaning described by a
+``table:`` mapping, counted by the transition cursor over ``updated_at``
+(exporter/counting/transitions.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from exporter.counting.cycle import CountingMode
+from exporter.counting.results import ResultPaths
+from exporter.counting.sqltext import TableShape, index_names, render_queries
+from exporter.counting.tracker import TrackerOptions
+from exporter.counting.transitions import CursorOptions, TransitionCursor
+from exporter.model import Coverage, JobTypeLabels, Tallies
+from exporter.profiles.base import Profile
+from exporter.settings import QueueSettings
+from exporter.settings.table import TableMapping
+from exporter.vocabulary import DEFAULT_PROFILE, INDEX_FILE, REQUIRED_INDEXES
+
+
+def _labels(settings: QueueSettings) -> JobTypeLabels:
+    collect = settings.collect
+    return JobTypeLabels(collect.job_types, collect.max_job_types)
+
+
+def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> CountingMode:
+    collect = settings.collect
+    tracker = TrackerOptions(
+        commit_lag_tolerance=collect.commit_lag_tolerance,
+        deadline_prefix=collect.deadline_error_prefix,
+        lease_marker=collect.lease_expired_marker,
+        paths=ResultPaths(
+            collect.duration_path,
+            collect.cost_ai_path,
+            collect.cost_proxy_path,
+            collect.cost_total_path,
+        ),
+    )
+    options = CursorOptions(
+        tracker=tracker,
+        max_rows=collect.max_rows_per_query,
+        stuck_threshold=collect.stuck_threshold,
+        done_count=collect.done_count,
+    )
+    # Rendered for the reference's types until _check_table has read the catalog, which the
+    # poller runs before a fresh mode's first cycle.
+    return TransitionCursor(render_queries(settings.mapping), options, labels, tallies)
+
+
+async def _check_table(
+    settings: QueueSettings,
+    inspect: Callable[[TableMapping], Awaitable[TableShape]],
+    mode: CountingMode,
+) -> None:
+    """The mapping checked against the catalog by ``inspect`` (the poller passes the database
+    layer's, which raises DatabaseError "schema" naming each mistake), and the mode's SQL
+    rendered for the table's real types (its job_id's, its job_type's)."""
+    shape = await inspect(settings.mapping)
+    if isinstance(mode, TransitionCursor):
+        mode.sql = render_queries(settings.mapping, shape)
+
+
+DEFAULT = Profile(
+    name=DEFAULT_PROFILE,
+    coverage=Coverage(),
+    required_indexes=REQUIRED_INDEXES,
+    index_file=INDEX_FILE,
+    watched_table=lambda settings: settings.database.table,
+    make_labels=_labels,
+    make_mode=_mode,
+    index_names=lambda settings: index_names(settings.mapping),
+    check_table=_check_table,
+)

@@ -1,0 +1,73 @@
+"""A preset as a profile: the library's reader run as a counting mode, its gauges as a snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.counting.cycle import Collected, CountingMode, Cycle, Query, Row
+from exporter.counting.ledger import Ledger
+from exporter.model import Coverage, JobTypeLabels, PresetJobTypes, Tallies
+from exporter.profiles.base import Preset, PresetReader, Profile
+from exporter.profiles.mapping import coverage_of, snapshot_of
+from exporter.settings import QueueSettings
+
+
+@dataclass
+class PresetMode:
+    """A preset reader's cycle (horizon, its statements, apply) as a counting mode."""
+
+    reader: PresetReader
+    labels: PresetJobTypes
+    coverage: Coverage
+
+    @property
+    def tracked(self) -> None:
+        """A reader keeps cursors, not a set of tracked jobs."""
+        return None
+
+    def horizon_query(self) -> Query:
+        """The reader's horizon statement."""
+        return self.reader.horizon_query()
+
+    def cycle(self, horizon: Row) -> Cycle:
+        """The reader's statements in order, then its reading as the queue's snapshot."""
+        results: dict[str, list[Row]] = {}
+        for query in self.reader.queries(horizon):
+            results[query.name] = list((yield query) or ())
+        reading = self.reader.apply(results)
+        return Collected(
+            snapshot=snapshot_of(reading, self.labels, self.coverage),
+            counting=reading.counting,
+            rows_read=sum(reading.rows_read.values()),
+            warnings=tuple(reading.warnings),
+        )
+
+
+def preset_profile(preset: Preset) -> Profile:
+    """The profile of a preset: its table, its index file, and its reader as the mode."""
+    coverage = coverage_of(preset.capabilities)
+
+    def labels(settings: QueueSettings) -> JobTypeLabels:
+        return PresetJobTypes(settings.collect.max_job_types)
+
+    def mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> CountingMode:
+        assert isinstance(labels, PresetJobTypes)
+        # None: the library's own default heartbeat / stalled-worker timeout.
+        reader = preset.make_reader(settings.collect.heartbeat_timeout, Ledger(labels, tallies))
+        return PresetMode(reader, labels, coverage)
+
+    index_file = f"exporter/profiles/sql/{preset.index_file}" if preset.index_file else None
+    return Profile(
+        name=preset.name,
+        coverage=coverage,
+        required_indexes=preset.required_indexes,
+        index_file=index_file,
+        watched_table=lambda settings: preset.table,
+        make_labels=labels,
+        make_mode=mode,
+        note={
+            "profile": preset.name,
+            "history": preset.retention.history_kept,
+            "note": preset.retention.warning,
+        },
+    )

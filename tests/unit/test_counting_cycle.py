@@ -1,0 +1,95 @@
+"""The transition cursor as a counting mode: statements out, rows in, one at a time, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from exporter.counting.cycle import Collected, Cycle, Query, Row
+from exporter.counting.tracker import TrackerOptions
+from exporter.counting.transitions import CursorOptions, TransitionCursor
+from exporter.model import JobTypeLabels, Tallies
+from exporter.vocabulary import Status
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+NAMES = ("horizon", "now", "snapshot", "dead", "done", "active", "changes_after", "existing")
+
+
+def mode(max_rows: int = 10) -> TransitionCursor:
+    options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=max_rows)
+    bounds = (1.0,)
+    return TransitionCursor(
+        {name: name for name in NAMES},
+        options,
+        JobTypeLabels({}, 50),
+        Tallies(bounds, bounds, bounds),
+    )
+
+
+def horizon(seconds: float) -> Row:
+    at = T0 + timedelta(seconds=seconds)
+    return {"now": at, "lower_bound": at, "hidden": 0, "prepared": 0}
+
+
+def changed(job: int, seconds: float) -> Row:
+    """A job inserted (pending) at ``seconds``, as changes_after returns it."""
+    at = T0.timestamp() + seconds
+    return {
+        "job_id": f"00000000-0000-0000-0000-{job:012d}", "job_type": 3, "status": Status.PENDING,
+        "attempts": 0, "max_attempts": 3, "last_error": None, "run_after": at,
+        "run_started_at": None, "created_at": at, "updated_at": at,
+        "updated_key": T0 + timedelta(seconds=seconds), "wait_seconds": None,
+        "latency_seconds": None,
+    }  # fmt: skip
+
+
+def run(cycle: Cycle, answers: dict[str, list[Sequence[Row] | None]]) -> tuple[list[Query], Any]:
+    """Drive a cycle as the runner does; ``answers`` by statement name, consumed in order."""
+    asked: list[Query] = []
+    rows: Sequence[Row] | None = None
+    try:
+        while True:
+            query = cycle.send(rows)
+            asked.append(query)
+            rows = answers[query.name].pop(0)
+    except StopIteration as stop:
+        return asked, stop.value
+
+
+def test_the_baseline_reads_the_active_rows_and_counts_nothing() -> None:
+    cursor = mode()
+    asked, collected = run(
+        cursor.cycle(horizon(100.0)),
+        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]]},
+    )
+    assert [q.name for q in asked] == ["now", "snapshot", "dead", "active"]
+    assert isinstance(collected, Collected)
+    assert collected.counting
+    assert cursor.tallies.counters()["enqueued"] == {}
+
+
+def test_changes_come_in_deferrable_chunks_and_an_unrun_chunk_leaves_the_cursor_behind() -> None:
+    cursor = mode(max_rows=2)
+    run(cursor.cycle(horizon(100.0)),
+        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]]})  # fmt: skip
+    # Three inserts below the next bound: a full chunk, then the runner's budget is spent.
+    first = [changed(1, 100.5), changed(2, 101.0)]
+    asked, collected = run(
+        cursor.cycle(horizon(110.0)),
+        {"now": [[{"n": 110.0}]], "snapshot": [[]], "changes_after": [first, None]},
+    )
+    chunks = [q for q in asked if q.name == "changes_after"]
+    assert [q.deferrable for q in chunks] == [True, True]
+    # The second chunk starts where the first one ended (a statement that depends on rows read).
+    assert chunks[1].args[:2] == (first[-1]["updated_key"], first[-1]["job_id"])
+    assert collected.behind
+    assert collected.rows_read == 2
+    assert cursor.tallies.enqueued == {"3": 2}
+    # The next cycle goes on from there and catches up.
+    asked, collected = run(
+        cursor.cycle(horizon(111.0)),
+        {"now": [[{"n": 111.0}]], "snapshot": [[]], "changes_after": [[changed(3, 102.0)]]},
+    )
+    assert not collected.behind
+    assert cursor.tallies.enqueued == {"3": 3}
