@@ -5,6 +5,9 @@
 #   docker run --rm -p 10049:10049 \
 #     -e JOBQUEUE_EXPORTER_DSN=postgresql://exporter@db:5432/app jobqueue-exporter
 #
+# Nothing publishes this image: for Kubernetes, tag and push it to your registry and point
+# deploy/kubernetes/kustomization.yaml's images: at it (docs/deploy.md, "Build the image").
+#
 # Configuration: flags after the image name, JOBQUEUE_EXPORTER_* environment variables, or
 # a YAML file mounted at /etc/jobqueue-exporter/config.yml and passed with
 # --config.file=/etc/jobqueue-exporter/config.yml. Keep the password out of flags: use

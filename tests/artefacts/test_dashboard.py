@@ -586,6 +586,9 @@ def test_preview_renders_panels_from_a_real_prometheus(prometheus: str, tmp_path
         "Wait time p50 / p95 / p99",
         "Failed attempts by reason",
         "Hourly cost by component",
+        "Job types",
+        "SLO burn rate by job type (1h)",
+        "Error budget left (1d)",
     ):
         assert counts[title] > 0, (title, result.stdout)
     assert counts["Jobs stuck"] == 0

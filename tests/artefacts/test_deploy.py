@@ -239,7 +239,7 @@ def test_every_file_the_dockerfile_copies_exists_and_is_in_the_build_context() -
 
 def test_dockerignore_keeps_local_state_out_of_the_context() -> None:
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
-    assert {".git", ".venv", ".pytest_cache", ".mypy_cache", "tests"} <= ignored
+    assert {".git", ".venv", ".venv-demo", ".pytest_cache", ".mypy_cache", "tests"} <= ignored
 
 
 def test_image_is_multi_stage_on_a_pinned_slim_python_base() -> None:
@@ -449,6 +449,36 @@ def test_prometheusrule_is_picked_up_by_the_same_prometheus_as_the_servicemonito
     monitor_labels = k8s_object("ServiceMonitor", "jobqueue-exporter")["metadata"]["labels"]
     assert monitor_labels.items() <= rule["metadata"]["labels"].items()
     assert rule["spec"]["groups"]
+
+
+def test_dashboard_configmap_is_generated_from_the_shipped_dashboard() -> None:
+    from dashboards import build_configmap
+
+    assert build_configmap.OUTPUT.read_text() == build_configmap.render(), (
+        "deploy/kubernetes/grafana-dashboard.yaml is stale: run python dashboards/build_configmap.py"
+    )
+    configmap = k8s_object("ConfigMap", build_configmap.NAME)
+    shipped = (ROOT / "dashboards" / "jobqueue.json").read_text()
+    assert configmap["data"] == {build_configmap.KEY: shipped.rstrip("\n")}
+    assert json.loads(configmap["data"][build_configmap.KEY]) == json.loads(shipped)
+
+
+def test_dashboard_configmap_carries_the_sidecar_label_and_is_in_the_kustomization() -> None:
+    from dashboards import build_configmap
+
+    configmap = k8s_object("ConfigMap", build_configmap.NAME)
+    # kube-prometheus-stack's sidecar matches label grafana_dashboard with value "1", a string.
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    (kustomization,) = load_all(K8S / "kustomization.yaml")
+    assert build_configmap.OUTPUT.name in kustomization["resources"]
+
+
+def test_dashboard_configmap_render_tracks_a_changed_dashboard() -> None:
+    from dashboards import build_configmap
+
+    changed = '{\n  "title": "x",\n\n  "note": "  leading: spaces"\n}\n'
+    (document,) = yaml.safe_load_all(build_configmap.render(changed))
+    assert document["data"][build_configmap.KEY] == changed.rstrip("\n")
 
 
 def test_probes_use_healthz_for_liveness_and_readyz_for_readiness() -> None:
