@@ -496,15 +496,24 @@ def _query(base: str, expr: str) -> list[Any]:
 
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator[str]:
-    """A real Prometheus on loopback scraping the exposition above every second."""
+    """A real Prometheus on loopback scraping the exposition above every second.
+
+    It loads the shipped rules, evaluated every second rather than every 30 s so the test need
+    not wait: the SLO panels divide by their recorded per-type targets.
+    """
     binary = shutil.which("prometheus")
     assert binary, "prometheus is required (Debian package prometheus)"
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Exposition)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     port = _free_port()
+    rules = (checks.REPO / "alerts" / "jobqueue.rules.yml").read_text()
+    (tmp_path / "rules.yml").write_text(
+        re.sub(r"(?m)^    interval: \S+$", "    interval: 1s", rules)
+    )
     config = tmp_path / "prometheus.yml"
     config.write_text(
-        "global: {scrape_interval: 1s}\n"
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: ['{tmp_path / 'rules.yml'}']\n"
         "scrape_configs:\n"
         f"  - job_name: jobqueue-exporter\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{server.server_address[1]}']}}]\n"
@@ -527,7 +536,9 @@ def prometheus(tmp_path: Path) -> Iterator[str]:
             assert proc.poll() is None, "prometheus exited"
             assert time.monotonic() < deadline, "prometheus never scraped the exposition"
             try:
-                if _query(base, "rate(jobqueue_jobs_enqueued_total[4s]) > 0"):
+                if _query(base, "rate(jobqueue_jobs_enqueued_total[4s]) > 0") and _query(
+                    base, "slo:jobqueue_attempt_success:target"
+                ):
                     wanted = _Exposition.scrapes + 5
                     break
             except OSError:
