@@ -74,6 +74,12 @@ SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS st
 FROM {table}
 WHERE {status} IN ({pending}, {running});
 
+-- name: dead_ids
+-- The baseline: the ids of every dead job, read once, so that a requeue is told from a new job
+-- (exporter/counting/deadids.py). Through job_exporter_dead_idx plus one heap visit per dead row
+-- (the index does not hold the id): O(dead rows), once.
+SELECT {job_id}::text AS job_id FROM {table} WHERE {status} = {dead};
+
 -- name: existing
 -- Which of the given jobs still exist (primary key lookups); the rest were purged.
 -- $1: job ids as text, cast to the column's own type so that its index serves the lookup.

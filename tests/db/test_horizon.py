@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
 
 import asyncpg
 import pytest
@@ -20,6 +19,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.poller import Poller
 from tests.conftest import execute, fetchval
 from tests.helpers import (
+    collect_until,
     cursor,
     fast_settings,
     make_poller,
@@ -203,13 +203,6 @@ async def test_a_backlog_is_read_in_chunks_over_several_cycles_with_exact_counte
     finally:
         await fleet.stop()
         await poller.database.close()
-
-
-async def collect_until(poller: Poller, done: Callable[[], bool], limit: float = 30.0) -> None:
-    """Collect back to back until ``done()`` (the horizon moves with the database's clock)."""
-    async with asyncio.timeout(limit):
-        while not done():
-            assert await poller.collect_once()
 
 
 async def _until_caught_up(poller: Poller, cycles: int) -> None:
