@@ -9,6 +9,8 @@ truth is a :class:`Tally` of the transitions the reference queue's statements re
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import datetime
 
 import asyncpg
@@ -25,6 +27,18 @@ from tests.truth import assert_dead_gauge_matches_table, assert_exact
 pytestmark = pytest.mark.slow
 
 RESULT = {"metrics": {"duration_ms": 250}}
+
+
+@asynccontextmanager
+async def exporter_and_queue(dsn: str) -> AsyncIterator[tuple[Poller, JobQueue]]:
+    """A poller of the queue and the reference queue's statements on a connection of its own."""
+    poller = make_poller(fast_settings(dsn))
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield poller, JobQueue(conn, backoff_base=0.0)
+    finally:
+        await conn.close()
+        await poller.database.close()
 
 
 async def collect_past(poller: Poller, stamp: datetime) -> None:
@@ -47,10 +61,9 @@ async def dies(queue: JobQueue, truth: Tally | None, job_type: int) -> Transitio
 
 
 async def test_archive_restores_are_enqueues_and_requeues_are_told_from_them(db_dsn: str) -> None:
-    poller = make_poller(fast_settings(db_dsn))
-    conn = await asyncpg.connect(db_dsn)
-    queue, truth = JobQueue(conn, backoff_base=0.0), Tally()
-    try:
+    truth = Tally()
+    async with exporter_and_queue(db_dsn) as (poller, queue):
+        conn = queue.conn
         before = [await dies(queue, None, 7) for _ in range(3)]  # history: dead at the baseline
         assert await poller.collect_once()  # the baseline reads their ids
         # Restored from an archive: inserted now, created ten days ago.
@@ -77,9 +90,6 @@ async def test_archive_restores_are_enqueues_and_requeues_are_told_from_them(db_
         assert poller.tallies.enqueued["7"] == 6  # five restored, one new
         assert poller.tallies.requeued["7"] == 3
         await assert_dead_gauge_matches_table(poller, db_dsn)
-    finally:
-        await conn.close()
-        await poller.database.close()
 
 
 @pytest.fixture
@@ -96,12 +106,8 @@ async def two_phase_dsn(fresh_cluster: Cluster) -> str:
 async def test_jobs_of_a_transaction_prepared_before_the_baseline_are_enqueues_not_requeues(
     two_phase_dsn: str,
 ) -> None:
-    dsn = two_phase_dsn
-    poller = make_poller(fast_settings(dsn))
-    prepared = await asyncpg.connect(dsn)
-    conn = await asyncpg.connect(dsn)
-    queue, truth = JobQueue(conn, backoff_base=0.0), Tally()
-    gid = f"early-{uuid.uuid4().hex[:8]}"
+    truth, gid = Tally(), f"early-{uuid.uuid4().hex[:8]}"
+    prepared = await asyncpg.connect(two_phase_dsn)
     try:
         await prepared.execute("BEGIN")
         inserted = [
@@ -110,16 +116,19 @@ async def test_jobs_of_a_transaction_prepared_before_the_baseline_are_enqueues_n
             )
             for _ in range(4)
         ]
-        await prepared.execute(f"PREPARE TRANSACTION '{gid}'")
+        await prepared.execute(f"PREPARE TRANSACTION '{gid}'")  # outlives its session
+    finally:
+        await prepared.close()
+    async with exporter_and_queue(two_phase_dsn) as (poller, queue):
         # The baseline's bound lies past the rows' stamp (by more than its margin): the
         # cursor never reads these inserts, only what happens to the jobs afterwards.
-        await conn.execute(
+        await queue.conn.execute(
             "SELECT pg_sleep_until($1::timestamptz + interval '1 second')", inserted[0].updated_at
         )
         assert await poller.collect_once()
         for _ in range(3):
             assert await poller.collect_once()
-        await conn.execute(f"COMMIT PREPARED '{gid}'")
+        await queue.conn.execute(f"COMMIT PREPARED '{gid}'")
         for _ in range(3):
             assert await poller.collect_once()
         # Committed after the baseline, so enqueues; each is counted when its job next changes
@@ -139,19 +148,13 @@ async def test_jobs_of_a_transaction_prepared_before_the_baseline_are_enqueues_n
         assert_exact(poller, truth)
         assert poller.tallies.enqueued["8"] == 3
         assert poller.tallies.requeued["8"] == 0
-    finally:
-        await prepared.close()
-        await conn.close()
-        await poller.database.close()
 
 
 async def test_tracked_active_jobs_deleted_by_retention_are_counted_as_vanished(
     db_dsn: str,
 ) -> None:
-    poller = make_poller(fast_settings(db_dsn))
-    conn = await asyncpg.connect(db_dsn)
-    queue = JobQueue(conn, backoff_base=0.0)
-    try:
+    async with exporter_and_queue(db_dsn) as (poller, queue):
+        conn = queue.conn
         assert await poller.collect_once()
         jobs = [await queue.enqueue(6) for _ in range(8)]
         claims = [await queue.claim("w", 600.0, job_id=job.job_id) for job in jobs[:3] if job]
@@ -185,18 +188,13 @@ async def test_tracked_active_jobs_deleted_by_retention_are_counted_as_vanished(
         assert poller.tallies.enqueued["6"] == 8  # the job inserted and deleted unseen: not
         assert poller.tallies.completed["6"] == 1
         assert cursor(poller).tracker.tracked == 2  # the survivors only
-    finally:
-        await conn.close()
-        await poller.database.close()
 
 
 async def test_a_requeue_inside_one_interval_of_a_job_seen_pending_is_the_documented_gap(
     db_dsn: str,
 ) -> None:
-    poller = make_poller(fast_settings(db_dsn))
-    conn = await asyncpg.connect(db_dsn)
-    queue, truth = JobQueue(conn, backoff_base=0.0), Tally()
-    try:
+    truth = Tally()
+    async with exporter_and_queue(db_dsn) as (poller, queue):
         assert await poller.collect_once()
         job = await queue.enqueue(5, max_attempts=1)
         assert job is not None
@@ -223,6 +221,3 @@ async def test_a_requeue_inside_one_interval_of_a_job_seen_pending_is_the_docume
         for missed in (truth.failures, truth.dead, truth.requeued):
             missed.clear()
         assert_exact(poller, truth)
-    finally:
-        await conn.close()
-        await poller.database.close()
