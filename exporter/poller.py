@@ -83,6 +83,13 @@ class Poller:
         self.last_error_at: float | None = None
         if self.profile.note:
             log.info("collecting a preset queue", extra={"fields": dict(self.profile.note)})
+        retention = self.profile.retention
+        if retention is not None and 2 * settings.collect.interval > retention:
+            log.warning(
+                "the library's default retention is shorter than two collection intervals",
+                extra={"fields": {**self.profile.note, "retention_seconds": retention,
+                                  "interval_seconds": settings.collect.interval}},
+            )  # fmt: skip
 
     @property
     def behind(self) -> bool:

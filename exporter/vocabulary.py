@@ -76,7 +76,7 @@ INDEX_FILE = "exporter/sql/indexes.sql"
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
-PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss")
+PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban")
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
 PROFILE_ALIASES = (("pg-boss", "pgboss"),)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.counting.cycle import PresetError, Row
@@ -59,3 +59,13 @@ def gauges_from(rows: Sequence[Row]) -> dict[str, Gauges]:
             held=old.held + int(row.get("held") or 0),
         )
     return out
+
+
+def reading_of(results: Mapping[str, Sequence[Row]], counting: bool) -> Reading:
+    """A cycle's Reading from its "snapshot" and "gauges" rows (and how many rows each read)."""
+    return Reading(
+        taken_at=float(first(results["snapshot"])["now"]),
+        gauges=gauges_from(results["gauges"]),
+        counting=counting,
+        rows_read={name: len(rows) for name, rows in results.items()},
+    )

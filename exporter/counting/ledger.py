@@ -62,7 +62,7 @@ class Ledger:
         self._by_hand[job_type] += retries
 
     def cancelled(self, job_type: str) -> None:
-        """One job cancelled (counted, not exported yet)."""
+        """One job cancelled (jobqueue_jobs_cancelled_total)."""
         self.tallies.cancelled[self.labels.label_of_name(job_type)] += 1
 
     def settle(self) -> None:

@@ -25,6 +25,9 @@ class TerminalCursor:
     previous: TxidSnapshot | None = None
     bound: float | None = None  # timestamp lower bound of this cycle's windows
     next_bound: float | None = None
+    # How far before the horizon a stamp of a transaction it did not show can lie: the
+    # database's own now() needs TIMESTAMP_MARGIN; a client's clock needs more (django-tasks).
+    margin: float = TIMESTAMP_MARGIN
 
     def plan(self, horizon: Horizon[float]) -> tuple[float, int] | None:
         """(timestamp bound, xmin) of this cycle's windows; None: no baseline can be taken yet."""
@@ -37,7 +40,7 @@ class TerminalCursor:
         else:
             # Whatever this cycle's snapshot does not show was written by a transaction that
             # started at or after this bound: the next cycle's windows start there.
-            self.next_bound = horizon.lower_bound - TIMESTAMP_MARGIN
+            self.next_bound = horizon.lower_bound - self.margin
             if self.bound is not None:
                 # The bound only moves forward (it can step back only by the microseconds
                 # the margin covers), so a job the reader forgot never re-enters a window.

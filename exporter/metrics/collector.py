@@ -162,6 +162,7 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
         ("jobqueue_jobs_enqueued", "enqueued", tallies.enqueued),
         ("jobqueue_jobs_completed", "completed", tallies.completed),
         ("jobqueue_jobs_requeued", "requeued", tallies.requeued),
+        ("jobqueue_jobs_cancelled", "cancelled", tallies.cancelled),
     ):
         if field in withheld:
             continue

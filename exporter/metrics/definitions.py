@@ -158,6 +158,14 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "changes query",
     ),
     _d(
+        "jobqueue_jobs_cancelled",
+        "counter",
+        (QUEUE, "job_type"),
+        "Jobs cancelled (by hand or by the job itself) since the exporter started; only for "
+        f"presets whose library cancels jobs. {_EVERY}",
+        "changes query",
+    ),
+    _d(
         "jobqueue_cost_usd",
         "counter",
         (QUEUE, "job_type", "component"),

@@ -2,14 +2,14 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss; ``PRESETS`` has their readers, capabilities and retention). See docs/presets.md for
-the interface and the proofs.
+pg-boss, django-tasks, Oban; ``PRESETS`` has their readers, capabilities and retention). See
+docs/presets.md for the interface and the proofs.
 """
 
 from __future__ import annotations
 
 from exporter.counting.ledger import Ledger
-from exporter.profiles import pgboss, pgqueuer, procrastinate
+from exporter.profiles import django_tasks, oban, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Preset, PresetReader, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -23,6 +23,11 @@ def _pgboss(stuck_after: float | None, ledger: Ledger | None = None) -> PresetRe
     return pgboss.PgbossReader(ledger)
 
 
+def _django_tasks(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
+    # django-tasks-db has no heartbeat or lease, so there is no stuck test to configure.
+    return django_tasks.DjangoTasksReader(ledger)
+
+
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
@@ -33,6 +38,13 @@ PRESETS: dict[str, Preset] = {
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
+        Preset("django-tasks", "django-tasks-db", ">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
+               _django_tasks, django_tasks.CAPABILITIES, django_tasks.RETENTION,
+               "django_tasks_indexes.sql", django_tasks.TABLE,
+               ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
+        Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,
+               oban.CAPABILITIES, oban.RETENTION, "oban_indexes.sql", "oban_jobs",
+               ("oban_jobs_completed_at_index",)),
     )
 }  # fmt: skip
 

@@ -48,6 +48,9 @@ class RetentionHint:
     rows_deleted_on_success: bool
     history_kept: str
     warning: str
+    # The library's default retention of finished rows, when short enough to matter: the
+    # exporter warns at start-up when its interval is above half of it.
+    seconds: float | None = None
 
 
 def _blocks(file: str) -> dict[str, str]:
@@ -83,6 +86,9 @@ class Profile:
     # A fresh counting mode (a new baseline) that counts into the queue's labels and tallies.
     make_mode: Callable[[QueueSettings, JobTypeLabels, Tallies], CountingMode]
     note: Mapping[str, str] = field(default_factory=dict)  # logged once at start
+    # How long the library keeps a finished row by default, when short enough to matter: a
+    # row pruned between two cycles is never read, so start-up warns above half of it.
+    retention: float | None = None
     # The default profile's table mapping: the index names it needs, and a check of the table
     # against the catalog run before a fresh mode's first cycle (and with every index check),
     # which renders the mode's SQL for the table's real types.

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from exporter.counting.gauges import Reading
 from exporter.model import ActiveStats, Coverage, JobType, PresetJobTypes, Snapshot
 from exporter.profiles.base import Exactness
-from exporter.vocabulary import ERROR, LEASE_EXPIRED, Status
+from exporter.vocabulary import DEADLINE, ERROR, LEASE_EXPIRED, Status
 
 # Capability -> the model figure (ActiveStats or Tallies field) it fills.
 _FIGURES = {
@@ -27,6 +27,7 @@ _FIGURES = {
     "failures": "failures",
     "dead": "dead",
     "requeued": "requeued",
+    "cancelled": "cancelled",
     "wait": "wait",
     "duration": "duration",
     "latency": "latency",
@@ -50,8 +51,11 @@ def coverage_of(capabilities: Mapping[str, Exactness]) -> Coverage:
     reasons: tuple[str, ...] = ()
     if _told(capabilities, "failures") or _told(capabilities, "dead"):
         # Without a stored reason every failure is "error"; with one, a lost worker (pgqueuer's
-        # heartbeat re-pick) is told apart. No preset can tell a deadline kill.
+        # heartbeat re-pick, Oban's Lifeline rescue) is told apart, and Oban's own timeout
+        # error is a deadline kill.
         reasons = (LEASE_EXPIRED, ERROR) if _told(capabilities, "failure_reason") else (ERROR,)
+        if _told(capabilities, "failure_deadline"):
+            reasons = (DEADLINE, *reasons)
     withheld = {figure for name, figure in _FIGURES.items() if not _told(capabilities, name)}
     return Coverage(
         statuses=statuses,

@@ -28,6 +28,7 @@ CAPABILITIES: dict[str, Exactness] = {
     "completed": "exact",
     "failures": "exact",  # the count; reason is "unknown": output keeps the last error only
     "failure_reason": "not exported",
+    "failure_deadline": "not exported",  # no timeout error of its own is told apart
     "dead": "exact",
     "requeued": "exact",
     "cancelled": "exact",

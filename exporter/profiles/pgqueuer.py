@@ -21,6 +21,7 @@ CAPABILITIES: dict[str, Exactness] = {
     "completed": "exact",
     "failures": "exact",  # with reason = traceback.exception_type
     "failure_reason": "exact",
+    "failure_deadline": "not exported",  # no timeout error of its own is told apart
     "dead": "exact",
     "requeued": "exact",
     "cancelled": "exact",

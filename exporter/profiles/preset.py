@@ -70,4 +70,5 @@ def preset_profile(preset: Preset) -> Profile:
             "history": preset.retention.history_kept,
             "note": preset.retention.warning,
         },
+        retention=preset.retention.seconds,
     )

@@ -20,6 +20,7 @@ CAPABILITIES: dict[str, Exactness] = {
     "completed": "exact",
     "failures": "exact",  # the count; the reason is always "unknown": none is stored
     "failure_reason": "not exported",
+    "failure_deadline": "not exported",  # no timeout error of its own is told apart
     "dead": "exact",
     "requeued": "exact",
     "cancelled": "exact",

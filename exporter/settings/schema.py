@@ -145,7 +145,8 @@ class CollectSettings:
     heartbeat_timeout: float | None = setting(
         Kind.DURATION, None, "Preset queues: a running job whose worker's (procrastinate) or "
         "own (pgqueuer) heartbeat is older than this counts as stuck; match the library's "
-        "setting (null: its default, 30s). pg-boss keeps each job's own; the job table ignores it.",
+        "setting (null: its default, 30s). Oban: its Lifeline's rescue_after (null: 300s, Oban "
+        "Python's; Elixir's is 60m). pg-boss keeps each job's own; the job table ignores it.",
         optional=True, check=positive_or_null,
     )  # fmt: skip
     commit_lag_tolerance: float = setting(

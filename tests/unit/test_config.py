@@ -818,4 +818,8 @@ def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
     guide = (DOCS.parent / "presets.md").read_text(encoding="utf-8")
     example = guide.split("```yaml\n", 1)[1].split("```", 1)[0]
     loaded = load_text(tmp_path, example)
-    assert [q.profile for q in loaded.queues] == ["default", "procrastinate", "pgqueuer", "pgboss"]
+    assert [q.profile for q in loaded.queues] == [
+        "default", "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban",
+    ]  # fmt: skip
+    media = loaded.queues[-1].collect
+    assert (media.interval, media.heartbeat_timeout) == (15.0, 300.0)

@@ -27,6 +27,7 @@ PACKAGE = ROOT / "exporter"
 LAYERS = {
     "vocabulary": 0,
     "settings": 1,
+    "labels": 0.5,
     "model": 1,
     "counting": 2,
     "profiles": 4,  # the default profile's SQL comes through db's loader
@@ -76,7 +77,7 @@ RULES = {
     ),
     # No clock and no logging either: a counting mode's answer depends on its rows alone.
     "tracker, counting modes and model do no I/O": Rule(
-        ("tracker", "counting", "model", "results", "vocabulary"),
+        ("tracker", "counting", "labels", "model", "results", "vocabulary"),
         imports=(*IO, "prometheus_client", "exporter.db", "exporter.web", "exporter.election"),
     ),
     "metrics know no database": Rule(("metrics",), imports=("asyncpg", "exporter.db")),

@@ -16,7 +16,7 @@ import asyncpg
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.pgboss import attempts
 from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import NODE, PRESETS_DIR, ROOT, Worker
+from tests.system.presets.processes import NODE, PRESETS_DIR, ROOT, Worker, shown_on_failure
 
 DRIVER = Path(__file__).with_name("pgboss_driver.mjs")
 CLI = PRESETS_DIR / "node_modules" / "pg-boss" / "dist" / "cli.js"
@@ -75,63 +75,58 @@ async def run_workload(
     markers = Path(tempfile.mkdtemp(prefix="pgboss-markers-"))
     workers: list[Worker] = []
     try:
-        # The first worker does not supervise: its own supervisor would expire the slow job
-        # while it still runs, before the SIGKILL this workload is about.
-        first = start_worker(dsn, markers, "pgboss-a", supervise=False)
-        workers.append(first)
+        with shown_on_failure(workers):
+            # The first worker does not supervise: its own supervisor would expire the slow job
+            # while it still runs, before the SIGKILL this workload is about.
+            first = start_worker(dsn, markers, "pgboss-a", supervise=False)
+            workers.append(first)
 
-        async def only_slow_left() -> bool:
-            states = await _states(conn)
-            busy = sum(
-                n for (name, state), n in states.items()
-                if state in ("created", "retry", "active") and name not in (*IDLE_QUEUES, "slow")
-            )  # fmt: skip
-            return busy == 0 and states[("slow", "active")] == 1
+            async def only_slow_left() -> bool:
+                states = await _states(conn)
+                busy = sum(
+                    n for (name, state), n in states.items()
+                    if state in ("created", "retry", "active") and name not in (*IDLE_QUEUES, "slow")
+                )  # fmt: skip
+                return busy == 0 and states[("slow", "active")] == 1
 
-        try:
-            await wait_for(only_slow_left, "every job but the slow one to finish", within=90)
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; jobs by state: {dict(await _states(conn))}") from None
-        first.kill()
+            try:
+                await wait_for(only_slow_left, "every job but the slow one to finish", within=90)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; jobs by state: {dict(await _states(conn))}") from None
+            first.kill()
 
-        async def expired() -> int:
-            # pg-boss's own expiry test (plans.js timedOut).
-            return int(
-                await conn.fetchval(
-                    "SELECT count(*) FROM pgboss.job WHERE state = 'active' "
-                    "AND started_on + expire_seconds * interval '1s' < now()"
+            async def expired() -> int:
+                # pg-boss's own expiry test (plans.js timedOut).
+                return int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM pgboss.job WHERE state = 'active' "
+                        "AND started_on + expire_seconds * interval '1s' < now()"
+                    )
                 )
-            )
 
-        stuck = await wait_for(expired, "the killed worker's job to expire", within=30)
-        if while_stuck is not None:
-            await while_stuck(stuck)
-        second = start_worker(dsn, markers, "pgboss-b", supervise=True)
-        workers.append(second)
+            stuck = await wait_for(expired, "the killed worker's job to expire", within=30)
+            if while_stuck is not None:
+                await while_stuck(stuck)
+            second = start_worker(dsn, markers, "pgboss-b", supervise=True)
+            workers.append(second)
 
-        async def drained() -> bool:
-            states = await _states(conn)
-            return not any(
-                n for (name, state), n in states.items()
-                if state in ("created", "retry", "active") and name not in IDLE_QUEUES
-            )  # fmt: skip
+            async def drained() -> bool:
+                states = await _states(conn)
+                return not any(
+                    n for (name, state), n in states.items()
+                    if state in ("created", "retry", "active") and name not in IDLE_QUEUES
+                )  # fmt: skip
 
-        await wait_for(drained, "the queues to drain", within=90)
-        second.stop()
-        outcomes: Counter[tuple[str, str]] = Counter()
-        for worker in workers:
-            for line in worker.log.read_text().splitlines():
-                if line.startswith("{") and '"outcome"' in line:
-                    record = json.loads(line)
-                    outcomes[(record["queue"], record["outcome"])] += 1
-        return await ground_truth(conn, outcomes)
-    except BaseException:
-        for worker in workers:
-            print(f"--- {worker.name}\n{worker.output()}")
-        raise
+            await wait_for(drained, "the queues to drain", within=90)
+            second.stop()
+            outcomes: Counter[tuple[str, str]] = Counter()
+            for worker in workers:
+                for line in worker.log.read_text().splitlines():
+                    if line.startswith("{") and '"outcome"' in line:
+                        record = json.loads(line)
+                        outcomes[(record["queue"], record["outcome"])] += 1
+            return await ground_truth(conn, outcomes)
     finally:
-        for worker in workers:
-            worker.close()
         await conn.close()
 
 

@@ -19,7 +19,7 @@ from pgqueuer import AsyncpgDriver, Queries
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
 from tests.system.presets.collect import wait_for
 from tests.system.presets.pgqueuer_worker import PARKED
-from tests.system.presets.processes import ROOT, Worker
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure
 
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "held": 2, "slow": 1, "later": 2, PARKED: 3, "cancel": 1}
 LATER_SECONDS = 3
@@ -61,63 +61,58 @@ async def run_workload(
     workers: list[Worker] = []
     markers = Path(tempfile.mkdtemp(prefix="pgqueuer-markers-"))
     try:
-        for name, count in PLAN.items():
-            for _ in range(count):
-                if name == "later":
-                    await queries.enqueue(
-                        name, None, execute_after=timedelta(seconds=LATER_SECONDS)
-                    )
-                elif name == PARKED and not (await _count(conn, PARKED)):
-                    await queries.enqueue(
-                        name, None, execute_after=timedelta(seconds=PARKED_FUTURE_SECONDS)
-                    )
-                elif name == "cancel":
-                    ids = await queries.enqueue(PARKED, None)
-                    await queries.mark_job_as_cancelled(list(ids))
-                else:
-                    await queries.enqueue(name, None)
+        with shown_on_failure(workers):
+            for name, count in PLAN.items():
+                for _ in range(count):
+                    if name == "later":
+                        await queries.enqueue(
+                            name, None, execute_after=timedelta(seconds=LATER_SECONDS)
+                        )
+                    elif name == PARKED and not (await _count(conn, PARKED)):
+                        await queries.enqueue(
+                            name, None, execute_after=timedelta(seconds=PARKED_FUTURE_SECONDS)
+                        )
+                    elif name == "cancel":
+                        ids = await queries.enqueue(PARKED, None)
+                        await queries.mark_job_as_cancelled(list(ids))
+                    else:
+                        await queries.enqueue(name, None)
 
-        first = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
-                       {}, "pgqueuer-a")  # fmt: skip
-        workers.append(first)
-        await wait_for(lambda: _picked(conn, "slow"), "the slow job to be picked", within=60)
-        await wait_for(lambda: _settled_but_slow(conn), "the quick jobs to settle", within=60)
-        first.kill()
+            first = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
+                           {}, "pgqueuer-a")  # fmt: skip
+            workers.append(first)
+            await wait_for(lambda: _picked(conn, "slow"), "the slow job to be picked", within=60)
+            await wait_for(lambda: _settled_but_slow(conn), "the quick jobs to settle", within=60)
+            first.kill()
 
-        async def stale() -> int:
-            # pgqueuer's own test for a lost job (the dequeue query's re-pick condition).
-            return int(
-                await conn.fetchval(
-                    "SELECT count(*) FROM pgqueuer WHERE status = 'picked' "
-                    "AND heartbeat < now() - make_interval(secs => 2)"
+            async def stale() -> int:
+                # pgqueuer's own test for a lost job (the dequeue query's re-pick condition).
+                return int(
+                    await conn.fetchval(
+                        "SELECT count(*) FROM pgqueuer WHERE status = 'picked' "
+                        "AND heartbeat < now() - make_interval(secs => 2)"
+                    )
                 )
-            )
 
-        stale_jobs = await wait_for(stale, "the killed worker's job to go stale", within=30)
-        if while_stale is not None:
-            await while_stale(stale_jobs)
-        second = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
-                        {}, "pgqueuer-b")  # fmt: skip
-        workers.append(second)
+            stale_jobs = await wait_for(stale, "the killed worker's job to go stale", within=30)
+            if while_stale is not None:
+                await while_stale(stale_jobs)
+            second = Worker([sys.executable, "-m", "tests.system.presets.pgqueuer_worker", dsn, str(markers)],
+                            {}, "pgqueuer-b")  # fmt: skip
+            workers.append(second)
 
-        async def drained() -> bool:
-            busy = await conn.fetchval(
-                "SELECT count(*) FROM pgqueuer WHERE entrypoint <> $1 "
-                "AND status IN ('queued', 'picked')",
-                PARKED,
-            )
-            return busy == 0
+            async def drained() -> bool:
+                busy = await conn.fetchval(
+                    "SELECT count(*) FROM pgqueuer WHERE entrypoint <> $1 "
+                    "AND status IN ('queued', 'picked')",
+                    PARKED,
+                )
+                return busy == 0
 
-        await wait_for(drained, "the queue to drain", within=90)
-        second.stop()
-        return await ground_truth(conn)
-    except BaseException:
-        for worker in workers:
-            print(f"--- {worker.name}\n{worker.output()}")
-        raise
+            await wait_for(drained, "the queue to drain", within=90)
+            second.stop()
+            return await ground_truth(conn)
     finally:
-        for worker in workers:
-            worker.close()
         await conn.close()
 
 

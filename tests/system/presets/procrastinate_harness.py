@@ -16,7 +16,7 @@ import procrastinate
 from exporter.profiles.base import UNKNOWN_REASON
 from tests.system.presets import procrastinate_tasks as tasks
 from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import ROOT, Worker
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure
 
 # What the workload runs, per task: how many jobs.
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "slow": 1, "later": 2, "cancel": 1, "parked": 3}
@@ -80,79 +80,76 @@ async def run_workload(
     workers: list[Worker] = []
     stalled_found = 0
     try:
-        with app.replace_connector(procrastinate.PsycopgConnector(conninfo=dsn)):
-            async with app.open_async():
-                for name, count in PLAN.items():
-                    for n in range(count):
-                        if name == "later":
-                            await app.configure_task(
-                                "later", schedule_in={"seconds": LATER_SECONDS}
-                            ).defer_async(n=n)
-                        elif name == "parked" and n == 0:
-                            await app.configure_task(
-                                "parked", schedule_in={"seconds": PARKED_FUTURE_SECONDS}
-                            ).defer_async(n=n)
-                        elif name == "cancel":
-                            job_id = await app.configure_task(
-                                "ok", queue=tasks.PARKED_QUEUE
-                            ).defer_async(n=-1)
-                            await app.job_manager.cancel_job_by_id_async(job_id)
-                        else:
-                            await app.configure_task(name).defer_async(n=n)
+        with shown_on_failure(workers):
+            with app.replace_connector(procrastinate.PsycopgConnector(conninfo=dsn)):
+                async with app.open_async():
+                    for name, count in PLAN.items():
+                        for n in range(count):
+                            if name == "later":
+                                await app.configure_task(
+                                    "later", schedule_in={"seconds": LATER_SECONDS}
+                                ).defer_async(n=n)
+                            elif name == "parked" and n == 0:
+                                await app.configure_task(
+                                    "parked", schedule_in={"seconds": PARKED_FUTURE_SECONDS}
+                                ).defer_async(n=n)
+                            elif name == "cancel":
+                                job_id = await app.configure_task(
+                                    "ok", queue=tasks.PARKED_QUEUE
+                                ).defer_async(n=-1)
+                                await app.job_manager.cancel_job_by_id_async(job_id)
+                            else:
+                                await app.configure_task(name).defer_async(n=n)
 
-                first = start_worker(dsn, "procrastinate-a")
-                workers.append(first)
+                    first = start_worker(dsn, "procrastinate-a")
+                    workers.append(first)
 
-                async def slow_running() -> bool:
-                    return bool(
-                        await conn.fetchval(
-                            "SELECT count(*) FROM procrastinate_jobs "
-                            "WHERE task_name = 'slow' AND status = 'doing'"
+                    async def slow_running() -> bool:
+                        return bool(
+                            await conn.fetchval(
+                                "SELECT count(*) FROM procrastinate_jobs "
+                                "WHERE task_name = 'slow' AND status = 'doing'"
+                            )
                         )
+
+                    await wait_for(slow_running, "the slow job to start")
+                    # Let the quick jobs drain so the kill lands mid-job for 'slow' alone.
+                    await wait_for(
+                        lambda: _quiet(conn), "everything but the slow job to settle", within=60
                     )
+                    first.kill()
 
-                await wait_for(slow_running, "the slow job to start")
-                # Let the quick jobs drain so the kill lands mid-job for 'slow' alone.
-                await wait_for(
-                    lambda: _quiet(conn), "everything but the slow job to settle", within=60
-                )
-                first.kill()
+                    async def stalled() -> list[Any]:
+                        found = await app.job_manager.get_stalled_jobs(
+                            seconds_since_heartbeat=tasks.STALLED_AFTER
+                        )
+                        return list(found)
 
-                async def stalled() -> list[Any]:
-                    found = await app.job_manager.get_stalled_jobs(
-                        seconds_since_heartbeat=tasks.STALLED_AFTER
+                    # Recovery is manual in procrastinate: find the stalled jobs, retry them.
+                    stalled_jobs = await wait_for(
+                        stalled, "the killed worker's job to look stalled"
                     )
-                    return list(found)
+                    stalled_found = len(stalled_jobs)
+                    if while_stalled is not None:
+                        await while_stalled(stalled_found)
+                    for job in stalled_jobs:
+                        await app.job_manager.retry_job(job)
 
-                # Recovery is manual in procrastinate: find the stalled jobs, retry them.
-                stalled_jobs = await wait_for(stalled, "the killed worker's job to look stalled")
-                stalled_found = len(stalled_jobs)
-                if while_stalled is not None:
-                    await while_stalled(stalled_found)
-                for job in stalled_jobs:
-                    await app.job_manager.retry_job(job)
+                    second = start_worker(dsn, "procrastinate-b")
+                    workers.append(second)
 
-                second = start_worker(dsn, "procrastinate-b")
-                workers.append(second)
+                    async def drained() -> bool:
+                        counts = await _status_counts(conn)
+                        active = sum(
+                            n for (task, status), n in counts.items()
+                            if status in ("todo", "doing") and task != "parked"
+                        )  # fmt: skip
+                        return active == 0
 
-                async def drained() -> bool:
-                    counts = await _status_counts(conn)
-                    active = sum(
-                        n for (task, status), n in counts.items()
-                        if status in ("todo", "doing") and task != "parked"
-                    )  # fmt: skip
-                    return active == 0
-
-                await wait_for(drained, "the work queue to drain", within=90)
-                second.stop()
-        return await ground_truth(conn, stalled_found)
-    except BaseException:
-        for worker in workers:
-            print(f"--- {worker.name}\n{worker.output()}")
-        raise
+                    await wait_for(drained, "the work queue to drain", within=90)
+                    second.stop()
+            return await ground_truth(conn, stalled_found)
     finally:
-        for worker in workers:
-            worker.close()
         await conn.close()
 
 

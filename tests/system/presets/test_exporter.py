@@ -106,6 +106,7 @@ def counters_of(samples: Samples, queue: str) -> dict[str, dict[Any, float]]:
         "requeued": exported(samples, queue, "jobqueue_jobs_requeued_total", "job_type"),
         "failures": exported(samples, queue, "jobqueue_job_failures_total", "job_type", "reason"),
         "dead": exported(samples, queue, "jobqueue_jobs_dead_total", "job_type", "reason"),
+        "cancelled": exported(samples, queue, "jobqueue_jobs_cancelled_total", "job_type"),
     }
 
 
@@ -114,7 +115,6 @@ def counters_wanted(counters: dict[str, dict[Any, int]]) -> dict[str, dict[Any, 
     out = {
         name: {key: float(n) for key, n in found.items() if n}
         for name, found in as_counted(counters).items()
-        if name != "cancelled"  # counted, not exported yet
     }
     return {name: values for name, values in out.items() if values}
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.counting.ledger import Ledger
 from exporter.profiles import PRESETS
 from exporter.profiles.base import load_queries
 
 METRICS = {
     "pending", "running", "scheduled", "oldest_pending_age", "oldest_ready_wait",
     "running_oldest", "stuck", "held", "enqueued", "completed", "failures", "failure_reason",
+    "failure_deadline",
     "dead", "requeued", "cancelled", "wait", "duration", "latency",
 }  # fmt: skip
 
@@ -18,10 +20,12 @@ METRICS = {
 def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     preset = PRESETS[name]
     assert set(preset.capabilities) == METRICS
-    reader = preset.make_reader(None)
+    reader = preset.make_reader(None, Ledger())
     assert reader.horizon_query().name == "horizon"
     event_log = getattr(reader, "event_log", None)
-    for sql in load_queries(name, event_log=event_log).values():
+    # A profile spelled with a hyphen (django-tasks) names its SQL file with an underscore.
+    sql_file = getattr(reader, "preset", name)
+    for sql in load_queries(sql_file, event_log=event_log).values():
         # The readers run under a read-only role: every block is a single SELECT (or WITH).
         code = " ".join(line.split("--")[0] for line in sql.splitlines()).strip()
         assert code.split()[0].upper() in ("SELECT", "WITH"), sql[:60]
