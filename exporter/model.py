@@ -149,25 +149,20 @@ class Tallies:
     wait: dict[str, Histogram] = field(default_factory=dict)
     latency: dict[str, Histogram] = field(default_factory=dict)
     cancelled: Counter[str] = field(default_factory=Counter)  # presets only: no cancel here
+    # Tracked active jobs deleted before a read saw them end, by the status last seen.
+    vanished: Counter[str] = field(default_factory=Counter)
 
     def copy(self) -> Tallies:
         """An independent copy (the HTTP side renders from copies, never from live state)."""
         return Tallies(
-            self.duration_bounds,
-            self.wait_bounds,
-            self.latency_bounds,
-            Counter(self.enqueued),
-            Counter(self.completed),
-            Counter(self.failures),
-            Counter(self.dead),
-            Counter(self.requeued),
-            dict(self.cost),
-            Counter(self.malformed),
+            self.duration_bounds, self.wait_bounds, self.latency_bounds,
+            Counter(self.enqueued), Counter(self.completed), Counter(self.failures),
+            Counter(self.dead), Counter(self.requeued), dict(self.cost), Counter(self.malformed),
             {k: replace(v, counts=list(v.counts)) for k, v in self.duration.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
-            Counter(self.cancelled),
-        )
+            Counter(self.cancelled), Counter(self.vanished),
+        )  # fmt: skip
 
     def counters(self) -> dict[str, dict[object, int]]:
         """Every counter as plain dicts without zeros, for comparisons and logs."""

@@ -184,3 +184,10 @@ async def settle(poller: Poller, collections: int = 3) -> None:
     """Let the poller read everything committed so far."""
     for _ in range(collections):
         await poller.wait_for_success()
+
+
+async def collect_until(poller: Poller, done: Callable[[], bool], limit: float = 30.0) -> None:
+    """Collect back to back until ``done()`` (the horizon moves with the database's clock)."""
+    async with asyncio.timeout(limit):
+        while not done():
+            assert await poller.collect_once()

@@ -8,8 +8,9 @@ no row can ever appear with ``updated_at`` below ``H``: the cycle may read the r
 ``H - MARGIN`` and move the cursor past them for good. The cursor is a keyset position
 ``(updated_at, job_id)``, read forward in bounded chunks; rows at or above the bound are
 counted when seen (they are visible) but the cursor stops at the bound, so they are read again
-and recognised. A long transaction elsewhere holds ``H`` back: the counters are then late, never
-wrong. Timestamps, not transaction ids, so xid wraparound cannot move the cursor.
+and recognised. A long transaction elsewhere holds ``H`` back: the reads past the bound go on
+from ``ahead`` meanwhile, so the counters are not late either; only forgetting waits.
+Timestamps, not transaction ids, so xid wraparound cannot move the cursor.
 See docs/exactness.md for the whole argument.
 """
 
@@ -43,6 +44,10 @@ class ChangeFeed:
         self.end: datetime | None = None  # exclusive upper bound of this cycle's reads
         self.origin: datetime | None = None  # the baseline's bound: older rows are history
         self.horizon: Horizon[datetime] | None = None
+        # The last row read above the bound: rows up to it were read while visible, so the
+        # next cycle's reads past the bound start after it (see chunk()).
+        self.ahead: Key | None = None
+        self._past_bound = False  # this cycle's reads have reached the bound
         self.caught_up = True
         self.rows_read = 0  # in total, for jobqueue_exporter_rows_read_total
 
@@ -69,6 +74,9 @@ class ChangeFeed:
             # Never step back (the margin absorbs the microseconds a step back could be).
             end = max(end, self.end)
         self.end = end
+        self._rewind_ahead(horizon)
+        # A cursor already at the bound has nothing below it to read this cycle.
+        self._past_bound = self.key is not None and self.key[0] >= end
         if self.key is None:
             # The baseline: rows below this are history, counted from the next change on.
             self.origin = end
@@ -78,31 +86,56 @@ class ChangeFeed:
         """Arguments of the next ``changes_after`` query, or None before the baseline.
 
         The query has no upper bound: rows at or above the bound are visible already, so the
-        counters need not wait for the horizon. They are counted, but the cursor stops at the
-        bound, so they are read again (and recognised) once it passes them. One chunk of them
-        at most: a long transaction holding the horizon back delays what lies beyond it, at a
-        bounded cost per cycle.
+        counters need not wait for the horizon. Below the bound, the cursor reads from its
+        key; once it has reached the bound, reading goes on from ``ahead``, the last row read
+        above it, so a long transaction holding the horizon back delays no count: every
+        change that has become visible is read once per cycle it appears in. The cursor
+        itself stops at the bound; when the horizon moves, it sweeps the held region once,
+        reading what ``ahead`` passed again (recognised) and what committed late (counted).
         """
         if self.key is None or self.end is None:
             return None
-        return (self.key[0], self.key[1], FOREVER, self.max_rows)
+        start = self.key
+        if self._past_bound and self.ahead is not None:
+            start = max(start, self.ahead)
+        return (start[0], start[1], FOREVER, self.max_rows)
+
+    def _rewind_ahead(self, horizon: Horizon[datetime]) -> None:
+        # A transaction that had written when the horizon was read may commit rows stamped
+        # with its start, below ahead: the reads past the bound start from there again, so a
+        # late commit is read in the next cycle. One that has not written yet and then writes
+        # is found by the cursor's sweep once the horizon moves (docs/exactness.md).
+        if self.ahead is None:
+            return
+        writers = horizon.writers_bound
+        if writers is None or horizon.hidden:
+            self.ahead = None  # no such bound: read everything past the bound again
+            return
+        soft = (writers - timedelta(seconds=self.margin), NIL)
+        self.ahead = min(self.ahead, soft)
 
     def took(self, keys: list[Key]) -> bool:
         """Advance past a chunk of rows (their keys, in order); True when more may follow."""
         assert self.end is not None
         self.rows_read += len(keys)
-        below = [k for k in keys if k[0] < self.end]
-        if below:
-            self.key = below[-1]
-        if len(below) == len(keys) == self.max_rows:
-            self.caught_up = False
-            return True
-        # Everything below the bound has been read: jump to it, so the lag shows the
-        # horizon's age only.
-        if self.key is None or self.key[0] < self.end:
-            self.key = (self.end, NIL)
-        self.caught_up = True
-        return False
+        above = keys
+        if not self._past_bound:
+            below = [k for k in keys if k[0] < self.end]
+            if below:
+                self.key = below[-1]
+            if len(below) == len(keys) == self.max_rows:
+                self.caught_up = False
+                return True
+            # Everything below the bound has been read: jump to it, so the lag shows the
+            # horizon's age only; what lies above is read from ahead on.
+            if self.key is None or self.key[0] < self.end:
+                self.key = (self.end, NIL)
+            self._past_bound = True
+            above = keys[len(below) :]
+        if above and (self.ahead is None or above[-1] > self.ahead):
+            self.ahead = above[-1]
+        self.caught_up = len(keys) < self.max_rows
+        return not self.caught_up
 
     def floor(self) -> float | None:
         """Unix time below which no row will be read again (settled rows can be forgotten)."""

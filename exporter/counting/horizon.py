@@ -50,6 +50,9 @@ class Horizon(Generic[T]):
     now: T | None = None
     last_id: int | None = None
     read_at: float | None = None
+    # least(now(), xact_start of every other transaction that has written): the transition
+    # cursor re-reads past its held bound from here (exporter/counting/changefeed.py).
+    writers_bound: T | None = None
 
     @staticmethod
     def of_timestamps(row: Row) -> Horizon[datetime]:
@@ -60,6 +63,7 @@ class Horizon(Generic[T]):
             prepared=int(row["prepared"]),
             hidden=int(row["hidden"]),
             now=row["now"],
+            writers_bound=row.get("writers_bound"),
         )
 
     @staticmethod

@@ -12,8 +12,10 @@ two reads. See docs/exactness.md for the argument and its limits.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from exporter.counting.deadids import DeadIds
 from exporter.counting.results import (
     ResultPaths,
     classify,
@@ -60,6 +62,9 @@ class Seen:
         )
 
 
+# The label of the status a vanished job was last seen in.
+_ACTIVE_NAMES: dict[int, str] = {PENDING: "pending", RUNNING: "running"}
+
 # A freshly inserted or requeued job: pending, no attempt made, no error.
 _FRESH = Seen(PENDING, 0, 0, None, None, 0.0)
 
@@ -84,9 +89,9 @@ class Tracker:
         self._known: dict[str, Seen] = {}
         self._started_at: float | None = None  # database time of the baseline
         self._last_at: float | None = None  # database time of the last applied cycle
-        # Jobs created at or before the origin existed at the baseline: one the tracker does
-        # not know was neither active nor changed since, so it was DEAD (see _apply_row).
-        self._origin: float | None = None
+        # Dead jobs the tracker does not keep (dead at the baseline, or dead and forgotten
+        # since): an unknown row is a requeue only if its id is here (see _apply_row).
+        self.dead_ids = DeadIds()
         # No row below the floor will be read again: settled jobs below it are forgotten.
         self._floor: float | None = None
         # Change in the number of DEAD rows per job_type since the reader last cleared it, so
@@ -118,19 +123,20 @@ class Tracker:
         changed: list[JobRow],
         *,
         origin: float | None = None,
+        dead_ids: Iterable[str] = (),
     ) -> None:
         """Remember the state at the first successful collection; nothing before it counts.
 
-        ``origin``: jobs created at or before it existed when the baseline was taken (the
-        cursor's start); without it, the tolerance window before ``now``.
+        ``origin``: no row below it will be read (the cursor's start); ``dead_ids``: the
+        jobs that were DEAD in the baseline's snapshot.
         """
         self._known = {}
         for row in [*active, *changed]:
             self._known[row.job_id] = Seen.of(row)
             self.labels.label(row.job_type)
+        self.dead_ids = DeadIds(dead_ids)
         self._started_at = now
         self._last_at = now
-        self._origin = origin if origin is not None else now - self.options.commit_lag_tolerance
         self._floor = origin
         self._forget_settled()
 
@@ -156,28 +162,28 @@ class Tracker:
         (None: the tolerance window before ``now``, for readers that re-read a window)."""
         self._last_at = now
         self._floor = floor
-        if floor is None:
-            self._origin = max(self._origin or 0.0, now - self.options.commit_lag_tolerance)
         self._forget_settled()
 
     def active_ids_not_in_window(self) -> list[str]:
-        """Jobs the change reads will not see again unless they change: checked now and then
-        for deletion (active jobs, and the dead ones kept to recognise a requeue)."""
+        """Active jobs the change reads will not see again unless they change: checked now and
+        then for deletion."""
         window_start = self.since()
         return [
             job_id
             for job_id, seen in self._known.items()
-            if seen.status in (PENDING, RUNNING, DEAD) and seen.updated_at <= window_start
+            if seen.status in (PENDING, RUNNING) and seen.updated_at <= window_start
         ]
 
     def forget(self, job_ids: list[str]) -> None:
-        """Drop jobs that no longer exist (purged rows), so memory stays bounded."""
+        """Drop jobs that no longer exist (purged rows), so memory stays bounded; an active one
+        vanished before any read saw it end, and is counted so, by the status last seen."""
         for job_id in job_ids:
-            self._known.pop(job_id, None)
+            seen = self._known.pop(job_id, None)
+            if seen is not None and seen.status in _ACTIVE_NAMES:
+                self.tallies.vanished[_ACTIVE_NAMES[seen.status]] += 1
 
     def _apply_row(self, row: JobRow) -> None:
         assert self._started_at is not None
-        assert self._origin is not None
         known = self._known.get(row.job_id)
         seen = Seen.of(row)
         if known == seen:
@@ -188,16 +194,16 @@ class Tracker:
         label = self.labels.label(row.job_type)
         tallies = self.tallies
         if known is None:
-            if row.created_at > self._origin:
-                # Never read before, and dead jobs created after the origin are never forgotten:
-                # inserted since (or just before the baseline, then not counted).
-                if row.created_at > self._started_at:
-                    tallies.enqueued[label] += 1
-            else:
-                # Unknown yet existing at the baseline: it was then neither active nor read since,
-                # so it was DEAD (DONE never changes again). It has been requeued since.
+            if row.job_id in self.dead_ids:
+                # Dead at the baseline (or dead and forgotten since), changed now: requeued.
+                self.dead_ids.discard(row.job_id)
                 tallies.requeued[label] += 1
                 self.dead_delta[row.job_type] -= 1
+            else:
+                # Neither active nor dead at the baseline, nor read since, and changed after
+                # it: its insert became visible after the baseline, whatever its created_at
+                # (an archive restore, a transaction prepared before the baseline).
+                tallies.enqueued[label] += 1
             previous = _FRESH
         elif known.status == DEAD or known.status == DONE:
             if known.status == DONE:
@@ -288,18 +294,17 @@ class Tracker:
 
     def _forget_settled(self) -> None:
         # Finished rows are kept only while a read can still return them again. A dead job
-        # created after the origin is kept until requeued or purged: forgotten, its requeue
-        # would look like a new job (see _apply_row); dead letters are few.
+        # leaves its id in dead_ids (8 bytes), so its requeue is still told from a new job.
         floor = self.since()
-        origin = self._origin if self._origin is not None else floor
         settled = [
-            job_id
+            (job_id, seen.status)
             for job_id, seen in self._known.items()
-            if seen.updated_at < floor
-            and (seen.status == DONE or (seen.status == DEAD and seen.created_at <= origin))
+            if seen.updated_at < floor and seen.status in (DONE, DEAD)
         ]
-        for job_id in settled:
+        for job_id, status in settled:
             del self._known[job_id]
+            if status == DEAD:
+                self.dead_ids.add(job_id)
 
 
 def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:

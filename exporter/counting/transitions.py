@@ -109,8 +109,11 @@ class TransitionCursor:
         dead_rows = (yield Query("dead", self.sql["dead"])) if recount_dead else None
         done_rows = (yield Query("done", self.sql["done"])) if options.done_count else None
         active: list[JobRow] = []
+        dead_ids: list[str] = []
         if baseline:
             active = [_with_result(r) for r in (yield Query("active", self.sql["active"])) or ()]
+            # In the same snapshot: an unknown row is later a requeue only if it was dead here.
+            dead_ids = [r["job_id"] for r in (yield Query("dead_ids", self.sql["dead_ids"])) or ()]
         else:
             paths = [list(p) for p in options.tracker.paths.as_tuple()]
             while (bounds := feed.chunk()) is not None:
@@ -127,7 +130,7 @@ class TransitionCursor:
             existing = {r["job_id"] for r in found}
         if baseline:
             origin = feed.origin.timestamp() if feed.origin is not None else None
-            tracker.baseline(now, active, [], origin=origin)
+            tracker.baseline(now, active, [], origin=origin, dead_ids=dead_ids)
         else:
             if check_ids and existing is not None:
                 # Rows read this cycle exist; anything else missing from the answer was purged.

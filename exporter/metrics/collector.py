@@ -204,6 +204,15 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
         for field_name in MALFORMED_FIELDS:
             malformed.add_metric([q, field_name], tallies.malformed[field_name])
         yield malformed
+    if "vanished" not in withheld:
+        vanished = _counter("jobqueue_exporter_jobs_vanished")
+        for last_status in VANISHED_STATUSES:
+            vanished.add_metric([q, last_status], tallies.vanished[last_status])
+        yield vanished
+
+
+# The statuses a tracked job can vanish in: every series exists from the start.
+VANISHED_STATUSES = ("pending", "running")
 
 
 def _health_families(view: QueueView) -> Iterator[Metric]:

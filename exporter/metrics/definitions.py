@@ -276,6 +276,14 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "poller",
     ),
     _d(
+        "jobqueue_exporter_jobs_vanished",
+        "counter",
+        (QUEUE, "last_status"),
+        "Tracked pending or running jobs whose row was deleted before a collection saw them "
+        "end (retention, TRUNCATE), by the status last seen; their outcome is counted nowhere.",
+        "purge check",
+    ),
+    _d(
         "jobqueue_exporter_malformed_rows",
         "counter",
         (

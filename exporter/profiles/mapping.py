@@ -34,8 +34,8 @@ _FIGURES = {
 }
 # Figures no preset fills: how long ago a stuck job's lease ran out (the libraries have no
 # lease end, only a heartbeat), cost and malformed result fields (no result jsonb convention),
-# and the tracker's job count (the readers keep cursors, not a tracker).
-NEVER_FILLED = frozenset({"lease_expired_oldest", "cost", "malformed", "tracked"})
+# and the tracker's job count and vanished jobs (the readers keep cursors, not a tracker).
+NEVER_FILLED = frozenset({"lease_expired_oldest", "cost", "malformed", "tracked", "vanished"})
 # Capability -> the jobqueue_jobs status it fills. A held job (kept failed for a human, who
 # can requeue it) is what the default schema calls dead.
 _STATUSES = (("pending", Status.PENDING), ("running", Status.RUNNING), ("held", Status.DEAD))

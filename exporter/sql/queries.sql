@@ -74,6 +74,12 @@ SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS st
 FROM {table}
 WHERE {status} IN ({pending}, {running});
 
+-- name: dead_ids
+-- The baseline: the ids of every dead job, read once, so that a requeue is told from a new job
+-- (exporter/counting/deadids.py). Through job_exporter_dead_idx plus one heap visit per dead row
+-- (the index does not hold the id): O(dead rows), once.
+SELECT {job_id}::text AS job_id FROM {table} WHERE {status} = {dead};
+
 -- name: existing
 -- Which of the given jobs still exist (primary key lookups); the rest were purged.
 -- $1: job ids as text, cast to the column's own type so that its index serves the lookup.
@@ -91,11 +97,19 @@ SELECT to_regclass($1) IS NOT NULL AS table_exists,
 -- the oldest transaction open in this database, how many sessions this role may not see
 -- (pg_read_all_stats shows them), and prepared transactions (gone from pg_stat_activity).
 -- Autovacuum never writes the queue's rows, and a long vacuum must not hold the counters back.
-SELECT a.now, a.lower_bound, a.hidden, p.prepared
+-- writers_bound: the same over transactions that have written (hold an xid) or are young (may
+-- not have written yet); reads past the held bound re-read from it, so a late commit is read in
+-- the next cycle (changefeed.py). A transaction older than 5 s that has not written yet is
+-- taken for a reader (pg_dump): if it writes after all, the cursor's sweep finds its rows.
+SELECT a.now, a.lower_bound, a.writers_bound, a.hidden, p.prepared
 FROM (SELECT now() AS now,
              least(now(), min(xact_start) FILTER (
                  WHERE pid <> pg_backend_pid()
                    AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS lower_bound,
+             least(now(), min(xact_start) FILTER (
+                 WHERE pid <> pg_backend_pid()
+                   AND (backend_xid IS NOT NULL OR xact_start > now() - interval '5 seconds')
+                   AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS writers_bound,
              count(*) FILTER (WHERE backend_type IS NULL) AS hidden
       FROM pg_stat_activity
       WHERE datname = current_database()

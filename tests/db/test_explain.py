@@ -37,6 +37,7 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "dead": (),
     "changes": None,  # filled with now() - 30 s below
     "active": (),
+    "dead_ids": (),  # at the baseline only: the dead index, then one heap visit per dead row
     "existing": (["00000000-0000-0000-0000-000000000000"],),
 }
 

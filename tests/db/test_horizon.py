@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable
 
 import asyncpg
 import pytest
@@ -20,6 +19,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.poller import Poller
 from tests.conftest import execute, fetchval
 from tests.helpers import (
+    collect_until,
     cursor,
     fast_settings,
     make_poller,
@@ -134,14 +134,15 @@ async def test_rows_tied_on_updated_at_across_chunks_are_each_counted_once(db_ds
             'SELECT 5, 3, 1, now(), \'{"metrics": {"duration_ms": 1000}}\' '
             "FROM generate_series(1, 100)",
         )
-        # The rows just above the horizon's bound are looked at one chunk at a time (the same
-        # chunk again until the bound passes them): counted once however often they are read.
+        # Read 7 at a time, above the horizon's bound as soon as visible and again (across the
+        # tie) when the bound passes them: counted once however often they are read.
         await collect_until(poller, lambda: poller.tallies.enqueued["5"] == 100)
+        await collect_until(poller, lambda: cursor(poller).tracker.tracked == 0)
         assert await poller.collect_once()
         assert poller.tallies.enqueued["5"] == 100
         assert poller.tallies.completed["5"] == 100
         assert poller.tallies.duration["5"].count == 100
-        assert cursor(poller).tracker.tracked == 0  # finished rows behind the cursor are forgotten
+        assert cursor(poller).tracker.tracked == 0  # finished rows behind the cursor: forgotten
     finally:
         await poller.database.close()
 
@@ -203,13 +204,6 @@ async def test_a_backlog_is_read_in_chunks_over_several_cycles_with_exact_counte
     finally:
         await fleet.stop()
         await poller.database.close()
-
-
-async def collect_until(poller: Poller, done: Callable[[], bool], limit: float = 30.0) -> None:
-    """Collect back to back until ``done()`` (the horizon moves with the database's clock)."""
-    async with asyncio.timeout(limit):
-        while not done():
-            assert await poller.collect_once()
 
 
 async def _until_caught_up(poller: Poller, cycles: int) -> None:
@@ -278,3 +272,45 @@ async def test_without_pg_read_all_stats_the_tolerance_applies_and_a_warning_say
         await poller.database.close()
         await execute(db_dsn, f"REVOKE ALL ON job FROM {role}")
         await execute(db_dsn, f"DROP ROLE {role}")
+
+
+async def test_a_long_read_only_transaction_delays_no_count_and_loses_none(db_dsn: str) -> None:
+    # A pg_dump-like REPEATABLE READ transaction holds the horizon while the fleet works,
+    # with requeues, reaping and deadline kills; chunks of 20 rows, so that reading one chunk
+    # past the held bound per cycle (the old cursor) would fall far behind.
+    config = FleetConfig.fast(
+        job_types=3, duration=(0.3, 0.6), backoff_base=1.0, lease_seconds=1.0,
+        enqueue_rate=40.0, workers=12, operator_interval=0.5, requeue_after=1.0,
+    )  # fmt: skip
+    fleet = Fleet(db_dsn, config)
+    poller = make_poller(fast_settings(db_dsn, interval=0.1, max_rows_per_query=20))
+    dump = await asyncpg.connect(db_dsn)
+    try:
+        async with poller_running(poller):
+            await poller.wait_for_success()
+            before = fleet.tally.snapshot()
+            await dump.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            await dump.fetchval("SELECT count(*) FROM job")
+            await fleet.start()
+            await wait_for_completions(fleet, 150)
+            await fleet.pause()
+            # Still held: everything committed is visible, and a few cycles read all of it.
+            await poller.wait_for_collections(poller.generation + 3)
+            truth = fleet.tally.since(before)
+            assert sum(truth.requeued.values()) > 0
+            assert poller.health.lag_seconds >= 5.0  # the cursor itself waits for the horizon
+            assert_exact(poller, truth)
+            assert cursor(poller).tracker.tracked > 150  # the stall's rows, kept until swept
+            await dump.execute("COMMIT")
+            # The held region is swept once: read again, recognised, nothing counted twice.
+            await poller.wait_for_collections(poller.generation + 3)
+            await settle(poller)
+        assert poller.health.lag_seconds < 5.0
+        assert_exact(poller, truth)
+        await assert_dead_gauge_matches_table(poller, db_dsn)
+        assert cursor(poller).tracker.tracked < 150
+        assert fleet.errors == 0
+    finally:
+        await dump.close()
+        await fleet.stop()
+        await poller.database.close()

@@ -13,7 +13,8 @@ from exporter.model import JobTypeLabels, Tallies
 from exporter.vocabulary import Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-NAMES = ("horizon", "now", "snapshot", "dead", "done", "active", "changes_after", "existing")
+NAMES = ("horizon", "now", "snapshot", "dead", "done", "active", "dead_ids", "changes_after",
+         "existing")  # fmt: skip
 
 
 def mode(max_rows: int = 10) -> TransitionCursor:
@@ -61,9 +62,9 @@ def test_the_baseline_reads_the_active_rows_and_counts_nothing() -> None:
     cursor = mode()
     asked, collected = run(
         cursor.cycle(horizon(100.0)),
-        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]]},
+        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]], "dead_ids": [[]]},
     )
-    assert [q.name for q in asked] == ["now", "snapshot", "dead", "active"]
+    assert [q.name for q in asked] == ["now", "snapshot", "dead", "active", "dead_ids"]
     assert isinstance(collected, Collected)
     assert collected.counting
     assert cursor.tallies.counters()["enqueued"] == {}
@@ -72,7 +73,8 @@ def test_the_baseline_reads_the_active_rows_and_counts_nothing() -> None:
 def test_changes_come_in_deferrable_chunks_and_an_unrun_chunk_leaves_the_cursor_behind() -> None:
     cursor = mode(max_rows=2)
     run(cursor.cycle(horizon(100.0)),
-        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]]})  # fmt: skip
+        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]],
+         "dead_ids": [[]]})  # fmt: skip
     # Three inserts below the next bound: a full chunk, then the runner's budget is spent.
     first = [changed(1, 100.5), changed(2, 101.0)]
     asked, collected = run(

@@ -121,7 +121,7 @@ def test_dead_reason_is_the_last_failure_and_deadline_prefix_is_recognised() -> 
 
 def test_requeue_of_a_job_dead_before_start_is_counted_from_attempts() -> None:
     t = make_tracker()
-    t.baseline(1000.0, [], [])
+    t.baseline(1000.0, [], [], dead_ids=["a"])
     t.apply(1040.0, [])
     # Dead long before the exporter started, requeued, claimed, failed once, now running again.
     job = row(status=RUNNING, attempts=2, created_at=100.0, run_started_at=1045.0, updated_at=1045.0,
@@ -207,16 +207,55 @@ def test_a_job_first_read_after_the_cursor_passed_its_creation_is_an_enqueue() -
     assert t.tracked == 0
 
 
-def test_a_dead_job_created_after_the_origin_is_kept_so_its_requeue_is_recognised() -> None:
+def test_a_dead_job_forgotten_leaves_its_id_so_its_requeue_is_recognised() -> None:
     t = make_tracker()
     t.baseline(1000.0, [], [], origin=999.0)
     dead = row(status=DEAD, attempts=1, max_attempts=1, last_error="x", created_at=1005.0,
                updated_at=1006.0, run_started_at=1005.5)  # fmt: skip
     t.apply(1010.0, [dead], floor=1009.0)
     t.apply(5000.0, [], floor=4999.0)
-    assert t.tracked == 1
+    assert t.tracked == 0
+    assert "a" in t.dead_ids
     again = replace(dead, status=PENDING, attempts=0, last_error=None, run_started_at=None,
                     updated_at=5001.0)  # fmt: skip
     t.apply(5010.0, [again], floor=5009.0)
     assert t.tallies.requeued["1"] == 1
     assert t.tallies.enqueued["1"] == 1
+
+
+def test_an_unknown_row_with_an_old_created_at_is_an_enqueue_unless_it_was_dead() -> None:
+    # An archive restore inserts rows created long ago; "old" no longer means "was dead".
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=999.0, dead_ids=["dead"])
+    restored = row("restored", created_at=100.0, updated_at=1005.0)
+    requeued = row("dead", created_at=100.0, updated_at=1005.0)
+    t.apply(1010.0, [restored, requeued], floor=1009.0)
+    assert t.tallies.enqueued["1"] == 1
+    assert t.tallies.requeued["1"] == 1
+    assert "dead" not in t.dead_ids
+    assert t.dead_delta[1] == -1
+
+
+def test_a_row_stamped_before_the_baseline_but_read_after_it_is_history() -> None:
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=999.0)
+    t.apply(1010.0, [row("late", created_at=999.5, updated_at=999.5)], floor=1009.0)
+    assert t.tallies.counters()["enqueued"] == {}
+    # Its next change is counted against what was read, not as a new job.
+    claimed = row("late", status=RUNNING, attempts=1, run_started_at=1011.0, updated_at=1011.0)
+    t.apply(1020.0, [claimed], floor=1019.0)
+    assert t.tallies.counters()["enqueued"] == {}
+
+
+def test_tracked_active_jobs_purged_are_counted_as_vanished_by_their_last_status() -> None:
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=999.0)
+    rows = [
+        row("p"),
+        row("r", status=RUNNING, attempts=1, run_started_at=1001.0, updated_at=1001.0),
+        row("d", status=DONE, attempts=1, result=RESULT, run_started_at=1001.0, updated_at=1002.0),
+    ]
+    t.apply(1010.0, [replace(r, updated_at=r.updated_at + 1.0) for r in rows], floor=1005.0)
+    t.forget(["p", "r", "d", "never-seen"])
+    assert +t.tallies.vanished == {"pending": 1, "running": 1}
+    assert t.tracked == 0
