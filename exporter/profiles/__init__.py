@@ -2,14 +2,14 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss; ``PRESETS`` has their readers, capabilities and retention). See docs/presets.md for
-the interface and the proofs.
+pg-boss, graphile-worker; ``PRESETS`` has their readers, capabilities and retention). See
+docs/presets.md for the interface and the proofs.
 """
 
 from __future__ import annotations
 
 from exporter.counting.ledger import Ledger
-from exporter.profiles import pgboss, pgqueuer, procrastinate
+from exporter.profiles import graphile_worker, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Preset, PresetReader, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -33,6 +33,11 @@ PRESETS: dict[str, Preset] = {
                ("pgqueuer_exporter_held_idx",)),
         Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
+        Preset("graphile-worker", "graphile-worker", ">=0.18,<0.19 (migration 20)",
+               graphile_worker.GraphileWorkerReader, graphile_worker.CAPABILITIES,
+               graphile_worker.RETENTION, "graphile_worker_indexes.sql",
+               "graphile_worker._private_jobs",
+               ("graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx")),
     )
 }  # fmt: skip
 

@@ -21,7 +21,8 @@ def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     reader = preset.make_reader(None)
     assert reader.horizon_query().name == "horizon"
     event_log = getattr(reader, "event_log", None)
-    for sql in load_queries(name, event_log=event_log).values():
+    # The SQL file is named after the reader's module (graphile-worker: graphile_worker.sql).
+    for sql in load_queries(getattr(reader, "preset", name), event_log=event_log).values():
         # The readers run under a read-only role: every block is a single SELECT (or WITH).
         code = " ".join(line.split("--")[0] for line in sql.splitlines()).strip()
         assert code.split()[0].upper() in ("SELECT", "WITH"), sql[:60]

@@ -1,0 +1,76 @@
+"""graphile-worker 0.18: the preset's gauges and its one counter, deaths, equal the truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.profiles.graphile_worker import GraphileWorkerReader
+from exporter.vocabulary import ERROR
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
+
+pytestmark = pytest.mark.slow
+# Locked for longer than this counts as stuck here; graphile's own takeover is after 4 h.
+STUCK_AFTER = 1.0
+
+
+@pytest.fixture
+def graphile_dsn(empty_dsn: str) -> str:
+    """A database with graphile-worker's schema (installed by its own CLI) and some history."""
+    require("graphile-worker")
+    from tests.system.presets.graphile_harness import history, install
+
+    install(empty_dsn)
+    history(empty_dsn)
+    return empty_dsn
+
+
+async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) -> None:
+    from tests.system.presets.graphile_harness import run_workload
+
+    reader = GraphileWorkerReader(STUCK_AFTER)
+    poller = Poller(graphile_dsn, reader, interval=0.5)
+    stuck_seen: list[int] = []
+
+    async def before_kill() -> None:
+        await poller.until(lambda: _gauge(poller, "slow", "stuck") == 1, within=15)
+        stuck_seen.append(_gauge(poller, "slow", "stuck"))
+
+    async with poller.running():
+        truth = await run_workload(graphile_dsn, before_kill)
+        await poller.cycles(3)
+
+    counting = [r for r in poller.readings if r.counting]
+    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    # The library's rows agree with what the handlers did, so the truth is not vacuous: the
+    # two history deaths are not in it, the five workload deaths are (three after a retry).
+    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5}
+    assert truth.outcomes[("bad", "failed")] == 2 + 3 * 2 + 2
+    assert truth.outcomes[("flaky", "failed")] == 5
+    assert truth.outcomes[("flaky", "completed")] == 5
+    assert truth.outcomes[("ok", "completed")] == 3 + 20
+    # The reader, polling all along, counted exactly the deaths since its baseline.
+    expected = {(task, ERROR): n for task, n in truth.dead_by_rows.items()}
+    assert reader.tallies.counters() == {
+        "enqueued": {}, "completed": {}, "failures": {}, "dead": expected, "requeued": {},
+        "cancelled": {},
+    }  # fmt: skip
+    assert stuck_seen == [1]
+    # At rest (the worker is gone, its slow job stays locked), every gauge equals the table.
+    last = poller.readings[-1].gauges
+    got = {
+        task: {"pending": g.pending, "scheduled": g.scheduled, "running": g.running,
+               "held": g.held}
+        for task, g in last.items()
+    }  # fmt: skip
+    assert got == truth.gauges
+    assert got["parked"] == {"pending": 2, "scheduled": 2, "running": 0, "held": 0}
+    assert got["bad"]["held"] == 2 + 5
+    assert last["slow"].stuck == 1
+    assert last["slow"].running_oldest >= STUCK_AFTER
+    assert all(g.oldest_ready_wait == 0 for g in last.values())
+
+
+def _gauge(poller: Poller, task: str, name: str) -> int:
+    gauges = poller.readings[-1].gauges.get(task)
+    return int(getattr(gauges, name)) if gauges is not None else 0
