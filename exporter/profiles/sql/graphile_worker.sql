@@ -15,34 +15,39 @@ SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.pre
 {sessions};
 
 -- name: gauges
--- Per task: the available set through graphile's own jobs_main_index (index-only: it
--- includes task_id), the locked and the dead sets through the preset's two partial indexes
--- (graphile_worker_indexes.sql). Every task gets a row, so a drained task reads 0.
--- $1: seconds a job may stay locked before it counts as stuck.
-SELECT t.identifier AS job_type, a.pending, a.scheduled, a.oldest_ready_wait,
-       l.running, l.running_oldest, l.stuck, d.held
+-- Three sets, each read once and grouped by task: the available set through graphile's own
+-- jobs_main_index (index-only: it includes task_id), the locked and the dead sets through the
+-- preset's two partial indexes (graphile_worker_indexes.sql). Every task gets a row, so a
+-- drained task reads 0. $1: seconds a job may stay locked before it counts as stuck.
+SELECT t.identifier AS job_type, coalesce(a.pending, 0) AS pending,
+       coalesce(a.scheduled, 0) AS scheduled, coalesce(a.oldest_ready_wait, 0) AS oldest_ready_wait,
+       coalesce(l.running, 0) AS running, coalesce(l.running_oldest, 0) AS running_oldest,
+       coalesce(l.stuck, 0) AS stuck, coalesce(d.held, 0) AS held
 FROM graphile_worker._private_tasks t
-CROSS JOIN LATERAL (
-    SELECT count(*) AS pending,
+LEFT JOIN (
+    SELECT j.task_id, count(*) AS pending,
            count(*) FILTER (WHERE j.run_at > now()) AS scheduled,
-           coalesce(extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now())),
-                    0)::float8 AS oldest_ready_wait
+           extract(epoch FROM now() - min(j.run_at) FILTER (WHERE j.run_at <= now()))::float8
+               AS oldest_ready_wait
     FROM graphile_worker._private_jobs j
-    WHERE j.is_available = true AND j.task_id = t.id
-) a
-CROSS JOIN LATERAL (
-    SELECT count(*) AS running,
-           coalesce(extract(epoch FROM now() - min(j.locked_at)), 0)::float8 AS running_oldest,
+    WHERE j.is_available = true
+    GROUP BY j.task_id
+) a ON a.task_id = t.id
+LEFT JOIN (
+    SELECT j.task_id, count(*) AS running,
+           extract(epoch FROM now() - min(j.locked_at))::float8 AS running_oldest,
            count(*) FILTER (WHERE j.locked_at < now() - $1::float8 * interval '1 second')
                AS stuck
     FROM graphile_worker._private_jobs j
-    WHERE j.locked_at IS NOT NULL AND j.task_id = t.id
-) l
-CROSS JOIN LATERAL (
-    SELECT count(*) AS held
+    WHERE j.locked_at IS NOT NULL
+    GROUP BY j.task_id
+) l ON l.task_id = t.id
+LEFT JOIN (
+    SELECT j.task_id, count(*) AS held
     FROM graphile_worker._private_jobs j
-    WHERE j.locked_at IS NULL AND j.attempts >= j.max_attempts AND j.task_id = t.id
-) d;
+    WHERE j.locked_at IS NULL AND j.attempts >= j.max_attempts
+    GROUP BY j.task_id
+) d ON d.task_id = t.id;
 
 -- name: deaths
 -- The death window: dead rows whose run_at is at or past $1 (Unix seconds: the previous
