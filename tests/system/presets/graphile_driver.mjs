@@ -4,7 +4,10 @@
 //   node graphile_driver.mjs history DSN   add a few jobs and work them until none is runnable
 //                                          (the history the exporter must not count)
 //   node graphile_driver.mjs enqueue DSN   add the workload's jobs
-//   node graphile_driver.mjs work DSN      run a real worker (run()) until SIGTERM or SIGKILL
+//   node graphile_driver.mjs work DSN [takeover]
+//                                          run a real worker (run()) until SIGTERM or SIGKILL;
+//                                          with takeover, its lock reset (resetLockedAt, which
+//                                          frees jobs locked for over 4 h) runs within a second
 //
 // Every task writes what it did to the side table gw_truth, on its own connection and in its
 // own transaction, before it returns or throws: the harness checks the library's rows and the
@@ -45,8 +48,13 @@ const taskList = {
   },
   later: async (payload, helpers) => { await record(helpers, 'completed') },
   parked: async (payload, helpers) => { await record(helpers, 'completed') },
-  // Never returns: the harness SIGKILLs the worker while it runs, and the lock stays.
+  // The first attempt never returns: the harness SIGKILLs the worker while it runs, and the
+  // lock stays until graphile takes the job over. A second attempt succeeds.
   slow: async (payload, helpers) => {
+    if (helpers.job.attempts > 1) {
+      await record(helpers, 'completed')
+      return
+    }
     await record(helpers, 'started-long')
     await new Promise((resolve) => setTimeout(resolve, 600_000))
   }
@@ -68,17 +76,21 @@ async function enqueue (dsn) {
   for (let n = 3; n < 5; n++) await utils.addJob('bad', { n }, { maxAttempts: 1 })
   for (let n = 0; n < 2; n++) await utils.addJob('later', { n }, { runAt: SOON() })
   for (let n = 0; n < 2; n++) await utils.addJob('parked', { n }, { runAt: IN_AN_HOUR() })
-  await utils.addJob('slow', {}, { maxAttempts: 1 })
+  // Taken over on its last attempt it dies; with one attempt left it is retried.
+  await utils.addJob('slow', { n: 0 }, { maxAttempts: 1 })
+  await utils.addJob('slow', { n: 1 }, { maxAttempts: 2 })
   await utils.release()
 }
 
-async function work (dsn) {
+async function work (dsn, takeover) {
+  const resetLocked = takeover ? { minResetLockedInterval: 200, maxResetLockedInterval: 500 } : {}
   const runner = await run({
     connectionString: dsn,
     concurrency: 4,
     pollInterval: 200,
     noHandleSignals: true,
-    taskList
+    taskList,
+    ...resetLocked
   })
   console.log(JSON.stringify({ ready: true }))
   process.on('SIGTERM', async () => {
@@ -88,11 +100,11 @@ async function work (dsn) {
   await runner.promise
 }
 
-const [command, dsn] = process.argv.slice(2)
+const [command, dsn, role] = process.argv.slice(2)
 if (command === 'history') await history(dsn)
 else if (command === 'enqueue') await enqueue(dsn)
-else if (command === 'work') await work(dsn)
+else if (command === 'work') await work(dsn, role === 'takeover')
 else {
-  console.error('usage: graphile_driver.mjs history DSN | enqueue DSN | work DSN')
+  console.error('usage: graphile_driver.mjs history DSN | enqueue DSN | work DSN [takeover]')
   process.exit(2)
 }

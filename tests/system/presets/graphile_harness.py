@@ -85,15 +85,17 @@ async def dead_ids(conn: asyncpg.Connection) -> set[int]:
 async def run_workload(
     dsn: str, before_kill: Callable[[], Awaitable[None]] | None = None
 ) -> GroundTruth:
-    """Enqueue the workload, run it through a real worker, SIGKILL it in the slow job, and
-    return what the library and the handlers recorded. ``before_kill`` is awaited once every
-    job but the parked and the slow one is done, while the slow one runs."""
+    """Enqueue the workload, run it through a real worker, SIGKILL it in the two slow jobs,
+    let a second worker take them over, and return what the library and the handlers recorded.
+    ``before_kill`` is awaited once every job but the parked and the slow ones is done, while
+    the slow ones run."""
     conn = await asyncpg.connect(dsn)
-    worker: Worker | None = None
+    workers: list[Worker] = []
     try:
         dead_before = await dead_ids(conn)
         _node([str(DRIVER), "enqueue", dsn], "the graphile-worker enqueue script")
-        worker = Worker([str(NODE), str(DRIVER), "work", dsn], NODE_ENV, "graphile")
+        first = Worker([str(NODE), str(DRIVER), "work", dsn], NODE_ENV, "graphile-a")
+        workers.append(first)
 
         async def only_slow_left() -> bool:
             busy = await conn.fetchval(
@@ -101,57 +103,90 @@ async def run_workload(
                 "JOIN graphile_worker._private_tasks t ON t.id = j.task_id "
                 "WHERE t.identifier NOT IN ('parked', 'slow') AND j.attempts < j.max_attempts"
             )
-            slow = await conn.fetchval(
-                "SELECT count(*) FROM graphile_worker._private_jobs j "
-                "JOIN graphile_worker._private_tasks t ON t.id = j.task_id "
-                "WHERE t.identifier = 'slow' AND j.locked_at IS NOT NULL"
-            )
-            return busy == 0 and slow == 1
+            return busy == 0 and await _locked(conn) == 2
 
         await wait_for(only_slow_left, "every job but the parked and slow ones", within=60)
         if before_kill is not None:
             await before_kill()
-        worker.kill()
-        rows = await conn.fetch("SELECT task, job_id, attempt, outcome FROM gw_truth")
-        outcomes = Counter((r["task"], r["outcome"]) for r in rows)
-        failed_attempts: Counter[int] = Counter()
-        task_of: dict[int, str] = {}
-        for r in rows:
-            task_of[r["job_id"]] = r["task"]
-            if r["outcome"] == "failed":
-                failed_attempts[r["job_id"]] += 1
-        limits = {
-            int(r["id"]): int(r["max_attempts"])
-            for r in await conn.fetch("SELECT id, max_attempts FROM graphile_worker._private_jobs")
-        }
-        dead_by_handlers = Counter(
-            task_of[job_id]
-            for job_id, n in failed_attempts.items()
-            if job_id not in dead_before and n >= limits.get(job_id, n + 1)
+        first.kill()
+        # graphile takes a job over once its lock is 4 h old; moving the lock back 5 h stands
+        # in for the wait. The second worker's resetLockedAt then frees both: the job on its
+        # last attempt dies, the other is retried and succeeds.
+        await conn.execute(
+            "UPDATE graphile_worker._private_jobs SET locked_at = locked_at - interval '5 hours' "
+            "WHERE locked_at IS NOT NULL"
         )
-        dead_now = await dead_ids(conn)
-        names = {
-            int(r["id"]): r["identifier"]
-            for r in await conn.fetch(
-                "SELECT j.id, t.identifier FROM graphile_worker._private_jobs j "
-                "JOIN graphile_worker._private_tasks t ON t.id = j.task_id"
+        second = Worker([str(NODE), str(DRIVER), "work", dsn, "takeover"], NODE_ENV, "graphile-b")
+        workers.append(second)
+
+        async def taken_over() -> bool:
+            slow = await conn.fetchval(
+                "SELECT count(*) FROM graphile_worker._private_jobs j "
+                "JOIN graphile_worker._private_tasks t ON t.id = j.task_id "
+                "WHERE t.identifier = 'slow'"
             )
-        }
-        gauges = {
-            r["task"]: {k: int(r[k]) for k in ("pending", "scheduled", "running", "held")}
-            for r in await conn.fetch(STATES)
-        }
-        return GroundTruth(
-            dead_by_rows=Counter(names[i] for i in dead_now - dead_before),
-            dead_by_handlers=dead_by_handlers,
-            gauges=gauges,
-            outcomes=outcomes,
-        )
+            return slow == 1 and await _locked(conn) == 0
+
+        await wait_for(taken_over, "the second worker to take the slow jobs over", within=60)
+        second.stop()
+        return await ground_truth(conn, dead_before)
     except BaseException:
-        if worker is not None:
+        for worker in workers:
             print(f"--- {worker.name}\n{worker.output()}")
         raise
     finally:
-        if worker is not None:
+        for worker in workers:
             worker.close()
         await conn.close()
+
+
+async def _locked(conn: asyncpg.Connection) -> int:
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM graphile_worker._private_jobs WHERE locked_at IS NOT NULL"
+        )
+    )
+
+
+async def ground_truth(conn: asyncpg.Connection, dead_before: set[int]) -> GroundTruth:
+    """Deaths since the baseline by the rows and by the handlers' side table; the gauges."""
+    rows = await conn.fetch("SELECT task, job_id, attempt, outcome FROM gw_truth")
+    outcomes = Counter((r["task"], r["outcome"]) for r in rows)
+    # A job died when every attempt it was allowed started and none completed: a handler that
+    # threw, or one whose worker was killed ('started-long') and whose lock graphile took over.
+    started: Counter[int] = Counter()
+    completed: set[int] = set()
+    task_of: dict[int, str] = {}
+    for r in rows:
+        task_of[r["job_id"]] = r["task"]
+        if r["outcome"] == "completed":
+            completed.add(r["job_id"])
+        else:
+            started[r["job_id"]] += 1
+    limits = {
+        int(r["id"]): int(r["max_attempts"])
+        for r in await conn.fetch("SELECT id, max_attempts FROM graphile_worker._private_jobs")
+    }
+    dead_by_handlers = Counter(
+        task_of[job_id]
+        for job_id, n in started.items()
+        if job_id not in dead_before and job_id not in completed and n >= limits.get(job_id, n + 1)
+    )
+    dead_now = await dead_ids(conn)
+    names = {
+        int(r["id"]): r["identifier"]
+        for r in await conn.fetch(
+            "SELECT j.id, t.identifier FROM graphile_worker._private_jobs j "
+            "JOIN graphile_worker._private_tasks t ON t.id = j.task_id"
+        )
+    }
+    gauges = {
+        r["task"]: {k: int(r[k]) for k in ("pending", "scheduled", "running", "held")}
+        for r in await conn.fetch(STATES)
+    }
+    return GroundTruth(
+        dead_by_rows=Counter(names[i] for i in dead_now - dead_before),
+        dead_by_handlers=dead_by_handlers,
+        gauges=gauges,
+        outcomes=outcomes,
+    )

@@ -33,7 +33,7 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     stuck_seen: list[int] = []
 
     async def before_kill() -> None:
-        await poller.until(lambda: _gauge(poller, "slow", "stuck") == 1, within=15)
+        await poller.until(lambda: _gauge(poller, "slow", "stuck") == 2, within=15)
         stuck_seen.append(_gauge(poller, "slow", "stuck"))
 
     async with poller.running():
@@ -43,8 +43,11 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     counting = [r for r in poller.readings if r.counting]
     assert len(counting) >= 6, "the reader must poll many times during the workload"
     # The library's rows agree with what the handlers did, so the truth is not vacuous: the
-    # two history deaths are not in it, the five workload deaths are (three after a retry).
-    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5}
+    # two history deaths are not in it, the workload's are: five bad jobs (three after a
+    # retry), and the slow job whose last attempt's worker was killed and taken over.
+    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5, "slow": 1}
+    assert truth.outcomes[("slow", "started-long")] == 2
+    assert truth.outcomes[("slow", "completed")] == 1
     assert truth.outcomes[("bad", "failed")] == 2 + 3 * 2 + 2
     assert truth.outcomes[("flaky", "failed")] == 5
     assert truth.outcomes[("flaky", "completed")] == 5
@@ -55,8 +58,8 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
         "enqueued": {}, "completed": {}, "failures": {}, "dead": expected, "requeued": {},
         "cancelled": {},
     }  # fmt: skip
-    assert stuck_seen == [1]
-    # At rest (the worker is gone, its slow job stays locked), every gauge equals the table.
+    assert stuck_seen == [2]
+    # At rest (both workers stopped), every gauge equals the table.
     last = poller.readings[-1].gauges
     got = {
         task: {"pending": g.pending, "scheduled": g.scheduled, "running": g.running,
@@ -66,8 +69,8 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     assert got == truth.gauges
     assert got["parked"] == {"pending": 2, "scheduled": 2, "running": 0, "held": 0}
     assert got["bad"]["held"] == 2 + 5
-    assert last["slow"].stuck == 1
-    assert last["slow"].running_oldest >= STUCK_AFTER
+    assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 1}
+    assert all(g.stuck == 0 for g in last.values())
     assert all(g.oldest_ready_wait == 0 for g in last.values())
 
 
