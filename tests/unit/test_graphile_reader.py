@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from exporter.counting.cycle import PresetError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
-from exporter.vocabulary import ERROR
+from exporter.profiles.preset import PresetMode
+from exporter.runtime import QueueRuntime
+from exporter.settings import QueueSettings
+from exporter.settings.schema import DatabaseSettings
+from exporter.vocabulary import ERROR, LEASE_EXPIRED
+from tests.unit.test_preset_mapping import _preset_view, _rendered
 
 SNAPSHOT = [{"now": 1000.0, "snapshot": "10:10:"}]
 
@@ -53,3 +59,46 @@ def test_hidden_sessions_refuse_to_count() -> None:
     reader = GraphileWorkerReader()
     with pytest.raises(PresetError):
         reader.queries({"lower_bound": 1000.0, "hidden": 2, "prepared": 0})
+
+
+def test_a_graphile_queue_exports_its_gauges_and_deaths_and_nothing_else() -> None:
+    found = _rendered(_preset_view("graphile-worker"))
+    names = {name for name, _ in found}
+
+    def values(metric: str, label: str) -> set[str]:
+        return {dict(labels)[label] for name, labels in found if name == metric}
+
+    assert values("jobqueue_jobs", "status") == {"pending", "running", "dead"}
+    assert values("jobqueue_jobs_dead_total", "reason") == {ERROR}
+    assert values("jobqueue_stuck_jobs", "reason") == {LEASE_EXPIRED}
+    for told in ("jobqueue_jobs_scheduled", "jobqueue_oldest_ready_wait_seconds",
+                 "jobqueue_running_oldest_seconds"):  # fmt: skip
+        assert told in names, told
+    for untold in (
+        "jobqueue_jobs_enqueued_total",
+        "jobqueue_jobs_completed_total",
+        "jobqueue_jobs_requeued_total",
+        "jobqueue_job_failures_total",
+        "jobqueue_job_wait_seconds_count",
+        "jobqueue_job_duration_seconds_count",
+        "jobqueue_job_latency_seconds_count",
+        "jobqueue_oldest_pending_age_seconds",
+    ):
+        assert untold not in names, untold
+
+
+def test_the_profile_reads_graphiles_table_with_its_4_hour_takeover_as_stuck_default() -> None:
+    base = QueueSettings(name="q", database=DatabaseSettings(dsn="postgresql://u@h/a"))
+    default = QueueRuntime(replace(base, profile="graphile-worker"))
+    tuned = QueueRuntime(replace(base, profile="graphile-worker",
+                                 collect=replace(base.collect, heartbeat_timeout=60.0)))  # fmt: skip
+    for runtime, stuck_after in ((default, LOCK_TIMEOUT), (tuned, 60.0)):
+        mode = runtime.poller.mode
+        assert isinstance(mode, PresetMode)
+        assert isinstance(mode.reader, GraphileWorkerReader)
+        assert mode.reader.stuck_after == stuck_after
+    assert default.election is not None
+    assert default.election.lock.options.table == "graphile_worker._private_jobs"
+    assert default.poller.profile.required_indexes == (
+        "graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx",
+    )  # fmt: skip
