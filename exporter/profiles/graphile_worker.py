@@ -48,8 +48,9 @@ RETENTION = RetentionHint(
     warning=(
         "only deaths are counted: a permanently failed job deleted by hand (remove_job, "
         "complete_jobs, cleanup DELETE_PERMAFAILED_JOBS) within one poll interval of its "
-        "death is not counted, nor a job killed by hand (permanently_fail_jobs, "
-        "force_unlock_workers on its last attempt)"
+        "death is not counted, nor a job failed by hand (permanently_fail_jobs, "
+        "reschedule_jobs), nor one force-unlocked on its last attempt within one poll "
+        "interval of its start"
     ),
 )
 
@@ -64,8 +65,9 @@ class GraphileWorkerReader:
         self.stuck_after = stuck_after if stuck_after is not None else LOCK_TIMEOUT
         self.ledger = ledger or Ledger()
         self.cursor = TerminalCursor()
-        # The previous cycle's death window: dead job id -> task identifier.
+        # The previous cycle's deaths query: dead job id -> task identifier.
         self.window: dict[str, str] = {}
+        self.locked: list[int] = []  # the jobs the previous cycle saw locked
         self.counting = False
 
     @property
@@ -85,7 +87,7 @@ class GraphileWorkerReader:
             Query("gauges", self.sql["gauges"], (self.stuck_after,)),
         ]
         if planned is not None:
-            out.append(Query("deaths", self.sql["deaths"], (planned[0],)))
+            out.append(Query("deaths", self.sql["deaths"], (planned[0], self.locked)))
         return out
 
     def apply(self, results: Results) -> Reading:
@@ -97,20 +99,25 @@ class GraphileWorkerReader:
             counting=self.counting,
             rows_read={name: len(rows) for name, rows in results.items()},
         )
+        locked = {int(i) for row in results["gauges"] for i in row["locked_ids"]}
         if "deaths" not in results:
+            # Not looked up this cycle: the next one looks up these as well.
+            self.locked = sorted(locked | set(self.locked))
             reading.warnings.append("prepared transactions delay the graphile-worker baseline")
             return reading
         if self.cursor.bound is None:
             raise PresetError("apply() before queries()")
         window = {str(row["id"]): str(row["job_type"]) for row in results["deaths"]}
         if self.counting:
-            # The previous window holds every job that was dead then and is still in this one:
-            # a new id died since (the baseline's window is history and is not counted).
+            # The previous window holds every job that was dead then and is still in this one,
+            # and a job locked then was not dead: a new id died since (the baseline's window
+            # is history and is not counted).
             for job_id, task in window.items():
                 if job_id not in self.window:
                     # last_error is free text (and a lock takeover writes none): all are errors.
                     self.ledger.dead(task, ERROR)
         self.window = window
+        self.locked = sorted(locked)
         self.counting = reading.counting = True
         self.cursor.advance(str(snapshot["snapshot"]))
         return reading

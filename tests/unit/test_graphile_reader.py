@@ -20,11 +20,17 @@ SNAPSHOT = [{"now": 1000.0, "snapshot": "10:10:"}]
 
 
 def _cycle(
-    reader: GraphileWorkerReader, dead: list[tuple[str, str]], *, prepared: int = 0, at: float = 0
+    reader: GraphileWorkerReader,
+    dead: list[tuple[str, str]],
+    *,
+    prepared: int = 0,
+    at: float = 0,
+    locked: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     horizon = {"lower_bound": 1000.0 + at, "hidden": 0, "prepared": prepared}
     queries = {q.name: q for q in reader.queries(horizon)}
-    results: dict[str, Any] = {"snapshot": SNAPSHOT, "gauges": []}
+    gauges = [{"job_type": "slow", "running": len(locked), "locked_ids": list(locked)}]
+    results: dict[str, Any] = {"snapshot": SNAPSHOT, "gauges": gauges}
     if "deaths" in queries:
         results["deaths"] = [{"id": i, "job_type": t} for i, t in dead]
     reader.apply(results)
@@ -43,16 +49,28 @@ def test_baseline_is_history_and_only_ids_new_to_the_window_are_deaths() -> None
     assert reader.tallies.counters()["dead"] == {("bad", ERROR): 2, ("mail", ERROR): 1}
 
 
+def test_jobs_seen_locked_are_looked_up_next_cycle_and_die_once() -> None:
+    reader = GraphileWorkerReader()
+    assert "deaths" not in _cycle(reader, [], prepared=1, locked=("9",))
+    assert "deaths" not in _cycle(reader, [], prepared=1, locked=("7",))
+    assert _cycle(reader, [], locked=("7",))["deaths"][1] == [7, 9]  # kept across the wait
+    # force_unlock_workers left 7 dead with an old run_at: only the lookup finds it.
+    assert _cycle(reader, [("7", "slow")], at=5)["deaths"][1] == [7]
+    # Returned again (as if a window still held it): no recount.
+    assert _cycle(reader, [("7", "slow")], at=10)["deaths"][1] == []
+    assert reader.tallies.counters()["dead"] == {("slow", ERROR): 1}
+
+
 def test_window_bound_follows_the_previous_horizon_and_waits_for_prepared_transactions() -> None:
     reader = GraphileWorkerReader(30.0)
     assert "deaths" not in _cycle(reader, [], prepared=1)  # no baseline behind a 2PC
     assert reader.counting is False
     first = _cycle(reader, [])
     assert first["gauges"] == (30.0,)
-    assert first["deaths"] == (999.0,)  # the baseline reads its own bound
-    assert _cycle(reader, [], at=20)["deaths"] == (999.0,)  # the previous horizon's
-    assert _cycle(reader, [], at=40, prepared=1)["deaths"] == (1019.0,)
-    assert _cycle(reader, [], at=60)["deaths"] == (1019.0,)  # held while 2PC was open
+    assert first["deaths"] == (999.0, [])  # the baseline reads its own bound
+    assert _cycle(reader, [], at=20)["deaths"] == (999.0, [])  # the previous horizon's
+    assert _cycle(reader, [], at=40, prepared=1)["deaths"] == (1019.0, [])
+    assert _cycle(reader, [], at=60)["deaths"] == (1019.0, [])  # held while 2PC was open
 
 
 def test_hidden_sessions_refuse_to_count() -> None:

@@ -22,7 +22,8 @@ SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.pre
 SELECT t.identifier AS job_type, coalesce(a.pending, 0) AS pending,
        coalesce(a.scheduled, 0) AS scheduled, coalesce(a.oldest_ready_wait, 0) AS oldest_ready_wait,
        coalesce(l.running, 0) AS running, coalesce(l.running_oldest, 0) AS running_oldest,
-       coalesce(l.stuck, 0) AS stuck, coalesce(d.held, 0) AS held
+       coalesce(l.stuck, 0) AS stuck, coalesce(d.held, 0) AS held,
+       coalesce(l.locked_ids, '{}') AS locked_ids
 FROM graphile_worker._private_tasks t
 LEFT JOIN (
     SELECT j.task_id, count(*) AS pending,
@@ -37,7 +38,10 @@ LEFT JOIN (
     SELECT j.task_id, count(*) AS running,
            extract(epoch FROM now() - min(j.locked_at))::float8 AS running_oldest,
            count(*) FILTER (WHERE j.locked_at < now() - $1::float8 * interval '1 second')
-               AS stuck
+               AS stuck,
+           -- The next cycle looks these up: force_unlock_workers kills a job on its last
+           -- attempt without moving run_at.
+           array_agg(j.id::text) AS locked_ids
     FROM graphile_worker._private_jobs j
     WHERE j.locked_at IS NOT NULL
     GROUP BY j.task_id
@@ -55,7 +59,9 @@ LEFT JOIN (
 -- it: failJobs sets run_at = greatest(now(), run_at) + exp(least(attempts, 10)) seconds, and
 -- the 4 h lock takeover (resetLockedAt) sets run_at = greatest(run_at, now()), both stamped
 -- by a transaction that started after that bound. One range scan of
--- graphile_worker_exporter_dead_idx per task.
+-- graphile_worker_exporter_dead_idx per task. Plus, by primary key, the jobs the previous
+-- cycle saw locked ($2) that are dead now wherever their run_at is: force_unlock_workers
+-- leaves run_at alone.
 SELECT t.identifier AS job_type, j.id::text AS id
 FROM graphile_worker._private_tasks t
 CROSS JOIN LATERAL (
@@ -63,4 +69,9 @@ CROSS JOIN LATERAL (
     FROM graphile_worker._private_jobs j
     WHERE j.locked_at IS NULL AND j.attempts >= j.max_attempts AND j.task_id = t.id
       AND j.run_at >= to_timestamp($1::float8)
-) j;
+) j
+UNION
+SELECT t.identifier, j.id::text
+FROM graphile_worker._private_jobs j
+JOIN graphile_worker._private_tasks t ON t.id = j.task_id
+WHERE j.id = ANY($2::bigint[]) AND j.locked_at IS NULL AND j.attempts >= j.max_attempts;

@@ -6,7 +6,7 @@
 -- Run it once, outside a transaction (CONCURRENTLY does not block the queue's writes):
 --   psql "$DSN" -f graphile_worker_indexes.sql
 CREATE INDEX CONCURRENTLY IF NOT EXISTS graphile_worker_exporter_locked_idx
-    ON graphile_worker._private_jobs (task_id, locked_at)
+    ON graphile_worker._private_jobs (task_id, locked_at) INCLUDE (id)
     WHERE locked_at IS NOT NULL;
 CREATE INDEX CONCURRENTLY IF NOT EXISTS graphile_worker_exporter_dead_idx
     ON graphile_worker._private_jobs (task_id, run_at)

@@ -4,6 +4,7 @@
 //   node graphile_driver.mjs history DSN   add a few jobs and work them until none is runnable
 //                                          (the history the exporter must not count)
 //   node graphile_driver.mjs enqueue DSN   add the workload's jobs
+//   node graphile_driver.mjs slow DSN      add one more slow job, on its last attempt
 //   node graphile_driver.mjs work DSN [takeover]
 //                                          run a real worker (run()) until SIGTERM or SIGKILL;
 //                                          with takeover, its lock reset (resetLockedAt, which
@@ -82,6 +83,12 @@ async function enqueue (dsn) {
   await utils.release()
 }
 
+async function slow (dsn) {
+  const utils = await makeWorkerUtils({ connectionString: dsn })
+  await utils.addJob('slow', { n: 2 }, { maxAttempts: 1 })
+  await utils.release()
+}
+
 async function work (dsn, takeover) {
   const resetLocked = takeover ? { minResetLockedInterval: 200, maxResetLockedInterval: 500 } : {}
   const runner = await run({
@@ -103,8 +110,9 @@ async function work (dsn, takeover) {
 const [command, dsn, role] = process.argv.slice(2)
 if (command === 'history') await history(dsn)
 else if (command === 'enqueue') await enqueue(dsn)
+else if (command === 'slow') await slow(dsn)
 else if (command === 'work') await work(dsn, role === 'takeover')
 else {
-  console.error('usage: graphile_driver.mjs history DSN | enqueue DSN | work DSN [takeover]')
+  console.error('usage: graphile_driver.mjs history DSN | enqueue DSN | slow DSN | work DSN [takeover]')
   process.exit(2)
 }

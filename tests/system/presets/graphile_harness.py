@@ -83,12 +83,13 @@ async def dead_ids(conn: asyncpg.Connection) -> set[int]:
 
 
 async def run_workload(
-    dsn: str, before_kill: Callable[[], Awaitable[None]] | None = None
+    dsn: str, before_kill: Callable[[int], Awaitable[None]] | None = None
 ) -> GroundTruth:
     """Enqueue the workload, run it through a real worker, SIGKILL it in the two slow jobs,
-    let a second worker take them over, and return what the library and the handlers recorded.
-    ``before_kill`` is awaited once every job but the parked and the slow ones is done, while
-    the slow ones run."""
+    let a second worker take them over; then SIGKILL that one in a third slow job and
+    force-unlock it by hand. Return what the library and the handlers recorded.
+    ``before_kill(n)`` is awaited before each SIGKILL, while n slow jobs run and nothing else
+    but the parked jobs is left."""
     conn = await asyncpg.connect(dsn)
     workers: list[Worker] = []
     try:
@@ -107,7 +108,7 @@ async def run_workload(
 
         await wait_for(only_slow_left, "every job but the parked and slow ones", within=60)
         if before_kill is not None:
-            await before_kill()
+            await before_kill(2)
         first.kill()
         # graphile takes a job over once its lock is 4 h old; moving the lock back 5 h stands
         # in for the wait. The second worker's resetLockedAt then frees both: the job on its
@@ -128,7 +129,21 @@ async def run_workload(
             return slow == 1 and await _locked(conn) == 0
 
         await wait_for(taken_over, "the second worker to take the slow jobs over", within=60)
-        second.stop()
+        _node([str(DRIVER), "slow", dsn], "the graphile-worker slow-job script")
+
+        async def third_runs() -> bool:
+            return await _locked(conn) == 1
+
+        await wait_for(third_runs, "the second worker to start the third slow job", within=30)
+        if before_kill is not None:
+            await before_kill(1)
+        second.kill()
+        # What an operator does for a crashed worker instead of waiting 4 h: the job was on
+        # its last attempt, so it is dead where it stands, run_at untouched.
+        await conn.execute(
+            "SELECT graphile_worker.force_unlock_workers(array_agg(DISTINCT locked_by)) "
+            "FROM graphile_worker._private_jobs WHERE locked_by IS NOT NULL"
+        )
         return await ground_truth(conn, dead_before)
     except BaseException:
         for worker in workers:

@@ -12,6 +12,7 @@ from tests.system.presets.processes import require
 pytestmark = pytest.mark.slow
 # Locked for longer than this counts as stuck here; graphile's own takeover is after 4 h.
 STUCK_AFTER = 1.0
+OLD = 4.0  # seconds: far more than a window's reach back (one poll interval plus 1 s)
 
 
 @pytest.fixture
@@ -32,9 +33,12 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     poller = Poller(graphile_dsn, reader, interval=0.5)
     stuck_seen: list[int] = []
 
-    async def before_kill() -> None:
-        await poller.until(lambda: _gauge(poller, "slow", "stuck") == 2, within=15)
+    async def before_kill(running: int) -> None:
+        await poller.until(lambda: _gauge(poller, "slow", "stuck") == running, within=15)
         stuck_seen.append(_gauge(poller, "slow", "stuck"))
+        # Old enough that its run_at lies below any death window by the force-unlock: only
+        # the lookup of the jobs seen locked can find that death.
+        await poller.until(lambda: _oldest(poller, "slow") >= OLD, within=15)
 
     async with poller.running():
         truth = await run_workload(graphile_dsn, before_kill)
@@ -44,9 +48,10 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     assert len(counting) >= 6, "the reader must poll many times during the workload"
     # The library's rows agree with what the handlers did, so the truth is not vacuous: the
     # two history deaths are not in it, the workload's are: five bad jobs (three after a
-    # retry), and the slow job whose last attempt's worker was killed and taken over.
-    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5, "slow": 1}
-    assert truth.outcomes[("slow", "started-long")] == 2
+    # retry), the slow job whose last attempt's worker was killed and taken over, and the one
+    # force-unlocked by hand on its last attempt.
+    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5, "slow": 2}
+    assert truth.outcomes[("slow", "started-long")] == 3
     assert truth.outcomes[("slow", "completed")] == 1
     assert truth.outcomes[("bad", "failed")] == 2 + 3 * 2 + 2
     assert truth.outcomes[("flaky", "failed")] == 5
@@ -58,7 +63,7 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
         "enqueued": {}, "completed": {}, "failures": {}, "dead": expected, "requeued": {},
         "cancelled": {},
     }  # fmt: skip
-    assert stuck_seen == [2]
+    assert stuck_seen == [2, 1]
     # At rest (both workers stopped), every gauge equals the table.
     last = poller.readings[-1].gauges
     got = {
@@ -69,9 +74,14 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     assert got == truth.gauges
     assert got["parked"] == {"pending": 2, "scheduled": 2, "running": 0, "held": 0}
     assert got["bad"]["held"] == 2 + 5
-    assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 1}
+    assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 2}
     assert all(g.stuck == 0 for g in last.values())
     assert all(g.oldest_ready_wait == 0 for g in last.values())
+
+
+def _oldest(poller: Poller, task: str) -> float:
+    gauges = poller.readings[-1].gauges.get(task)
+    return gauges.running_oldest if gauges is not None else 0.0
 
 
 def _gauge(poller: Poller, task: str, name: str) -> int:
