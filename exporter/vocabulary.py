@@ -76,10 +76,10 @@ INDEX_FILE = "exporter/sql/indexes.sql"
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
-PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban")
+PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker")
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
-PROFILE_ALIASES = (("pg-boss", "pgboss"),)
+PROFILE_ALIASES = (("pg-boss", "pgboss"), ("graphile_worker", "graphile-worker"))
 
 # The project's documentation, linked from the status page.
 DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/docs"

@@ -2,14 +2,15 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban; ``PRESETS`` has their readers, capabilities and retention). See
+pg-boss, django-tasks, Oban, graphile-worker; ``PRESETS`` has their readers, capabilities and
+retention). See
 docs/presets.md for the interface and the proofs.
 """
 
 from __future__ import annotations
 
 from exporter.counting.ledger import Ledger
-from exporter.profiles import django_tasks, oban, pgboss, pgqueuer, procrastinate
+from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Preset, PresetReader, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -45,6 +46,11 @@ PRESETS: dict[str, Preset] = {
         Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,
                oban.CAPABILITIES, oban.RETENTION, "oban_indexes.sql", "oban_jobs",
                ("oban_jobs_completed_at_index",)),
+        Preset("graphile-worker", "graphile-worker", ">=0.18,<0.19 (migration 20)",
+               graphile_worker.GraphileWorkerReader, graphile_worker.CAPABILITIES,
+               graphile_worker.RETENTION, "graphile_worker_indexes.sql",
+               "graphile_worker._private_jobs",
+               ("graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx")),
     )
 }  # fmt: skip
 

@@ -810,6 +810,8 @@ def test_the_profile_flag_and_environment_set_the_single_queue_profile() -> None
     # The library spells itself pg-boss, and so may the user.
     by_name = load_settings(None, dsn, {"--queue.profile": "pg-boss"})
     assert by_name.queues[0].profile == "pgboss"
+    by_module = load_settings(None, dsn, {"--queue.profile": "graphile_worker"})
+    assert by_module.queues[0].profile == "graphile-worker"
     with pytest.raises(ConfigError, match=r"queue\.profile: expected one of"):
         load_settings(None, dsn, {"--queue.profile": "sidekiq"})
 
@@ -820,6 +822,7 @@ def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
     loaded = load_text(tmp_path, example)
     assert [q.profile for q in loaded.queues] == [
         "default", "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban",
+        "graphile-worker",
     ]  # fmt: skip
-    media = loaded.queues[-1].collect
+    media = next(q for q in loaded.queues if q.name == "media").collect
     assert (media.interval, media.heartbeat_timeout) == (15.0, 300.0)

@@ -20,13 +20,16 @@ INSTALL_HINT = {
     "pgqueuer": "pip install -e '.[dev,presets]'",
     "django_tasks_db": "pip install -e '.[dev,presets]'",
     "pg-boss": "scripts/presets-install",
+    "graphile-worker": "scripts/presets-install",
 }
+# The libraries that come from npm into .presets/, run by its Node 22.
+NODE_LIBRARIES = ("pg-boss", "graphile-worker")
 
 
 def require(library: str) -> None:
     """Fail (never skip) when the library under test is not installed, saying how to install it."""
-    if library == "pg-boss":
-        found = NODE.is_file() and (PRESETS_DIR / "node_modules" / "pg-boss").is_dir()
+    if library in NODE_LIBRARIES:
+        found = NODE.is_file() and (PRESETS_DIR / "node_modules" / library).is_dir()
     else:
         try:
             __import__(library)

@@ -1,0 +1,89 @@
+"""graphile-worker 0.18: the preset's gauges and its one counter, deaths, equal the truth."""
+
+from __future__ import annotations
+
+import pytest
+
+from exporter.profiles.graphile_worker import GraphileWorkerReader
+from exporter.vocabulary import ERROR
+from tests.system.presets.collect import Poller
+from tests.system.presets.processes import require
+
+pytestmark = pytest.mark.slow
+# Locked for longer than this counts as stuck here; graphile's own takeover is after 4 h.
+STUCK_AFTER = 1.0
+OLD = 4.0  # seconds: far more than a window's reach back (one poll interval plus 1 s)
+
+
+@pytest.fixture
+def graphile_dsn(empty_dsn: str) -> str:
+    """A database with graphile-worker's schema (installed by its own CLI) and some history."""
+    require("graphile-worker")
+    from tests.system.presets.graphile_harness import history, install
+
+    install(empty_dsn)
+    history(empty_dsn)
+    return empty_dsn
+
+
+async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) -> None:
+    from tests.system.presets.graphile_harness import run_workload
+
+    reader = GraphileWorkerReader(STUCK_AFTER)
+    poller = Poller(graphile_dsn, reader, interval=0.5)
+    stuck_seen: list[int] = []
+
+    async def before_kill(running: int) -> None:
+        await poller.until(lambda: _gauge(poller, "slow", "stuck") == running, within=15)
+        stuck_seen.append(_gauge(poller, "slow", "stuck"))
+        # Old enough that its run_at lies below any death window by the force-unlock: only
+        # the lookup of the jobs seen locked can find that death.
+        await poller.until(lambda: _oldest(poller, "slow") >= OLD, within=15)
+
+    async with poller.running():
+        truth = await run_workload(graphile_dsn, before_kill)
+        await poller.cycles(3)
+
+    counting = [r for r in poller.readings if r.counting]
+    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    # The library's rows agree with what the handlers did, so the truth is not vacuous: the
+    # two history deaths are not in it, the workload's are: five bad jobs (three after a
+    # retry), the slow job whose last attempt's worker was killed and taken over, and the one
+    # force-unlocked by hand on its last attempt.
+    assert truth.dead_by_rows == truth.dead_by_handlers == {"bad": 5, "slow": 2}
+    assert truth.outcomes[("slow", "started-long")] == 3
+    assert truth.outcomes[("slow", "completed")] == 1
+    assert truth.outcomes[("bad", "failed")] == 2 + 3 * 2 + 2
+    assert truth.outcomes[("flaky", "failed")] == 5
+    assert truth.outcomes[("flaky", "completed")] == 5
+    assert truth.outcomes[("ok", "completed")] == 3 + 20
+    # The reader, polling all along, counted exactly the deaths since its baseline.
+    expected = {(task, ERROR): n for task, n in truth.dead_by_rows.items()}
+    assert reader.tallies.counters() == {
+        "enqueued": {}, "completed": {}, "failures": {}, "dead": expected, "requeued": {},
+        "cancelled": {},
+    }  # fmt: skip
+    assert stuck_seen == [2, 1]
+    # At rest (both workers stopped), every gauge equals the table.
+    last = poller.readings[-1].gauges
+    got = {
+        task: {"pending": g.pending, "scheduled": g.scheduled, "running": g.running,
+               "held": g.held}
+        for task, g in last.items()
+    }  # fmt: skip
+    assert got == truth.gauges
+    assert got["parked"] == {"pending": 2, "scheduled": 2, "running": 0, "held": 0}
+    assert got["bad"]["held"] == 2 + 5
+    assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 2}
+    assert all(g.stuck == 0 for g in last.values())
+    assert all(g.oldest_ready_wait == 0 for g in last.values())
+
+
+def _oldest(poller: Poller, task: str) -> float:
+    gauges = poller.readings[-1].gauges.get(task)
+    return gauges.running_oldest if gauges is not None else 0.0
+
+
+def _gauge(poller: Poller, task: str, name: str) -> int:
+    gauges = poller.readings[-1].gauges.get(task)
+    return int(getattr(gauges, name)) if gauges is not None else 0
