@@ -22,7 +22,9 @@ from exporter.settings.table import TableMapping
 
 __all__ = ["Gauges", "PresetError", "Query", "Reading", "Results", "Row", "first", "gauges_from"]
 
-Exactness = Literal["exact", "approximate", "not exported"]
+# "exact at recounts": counted exactly every few cycles; in between kept from the events the
+# reader sees, which a recount corrects (the dead gauge, as the default profile keeps it).
+Exactness = Literal["exact", "exact at recounts", "approximate", "not exported"]
 # Every preset reads its active jobs' gauges straight from the live table, so all are exact.
 EXACT_GAUGES: dict[str, Exactness] = dict.fromkeys(
     (

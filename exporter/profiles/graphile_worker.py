@@ -8,11 +8,14 @@ exactly is a death; docs/presets.md has the argument, and why nothing else is ex
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from exporter.counting.cycle import PresetError, Query, Results, Row
-from exporter.counting.gauges import Reading, first, gauges_from
+from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.terminal import TerminalCursor
+from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import Tallies
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
@@ -27,7 +30,10 @@ CAPABILITIES: dict[str, Exactness] = {
     # created_at of the available set is in no index: min() over a large backlog would read
     # every row of it, and the issue does not ask for it.
     "oldest_pending_age": "not exported",
-    "held": "exact",  # unlocked with attempts >= max_attempts: graphile's permanent failure
+    # Unlocked with attempts >= max_attempts: graphile's permanent failure, kept until deleted.
+    # Counted every DEAD_RECOUNT_EVERY cycles (O(dead rows)); in between the recount plus the
+    # deaths seen, minus the dead jobs followed by id that are gone or revived.
+    "held": "exact at recounts",
     "dead": "exact",
     # A success deletes the row, so a job added and finished between two reads leaves no
     # trace, and a failure followed by a success within one interval neither.
@@ -66,15 +72,24 @@ class GraphileWorkerReader:
         self.stuck_after = stuck_after if stuck_after is not None else LOCK_TIMEOUT
         self.ledger = ledger or Ledger()
         self.cursor = TerminalCursor()
-        # The previous cycle's deaths query: dead job id -> task identifier.
-        self.window: dict[str, str] = {}
+        # The dead jobs the reader follows, id -> task identifier: the previous cycle's death
+        # window, and every death seen since the last recount (each looked up by id).
+        self.known: dict[str, str] = {}
         self.locked: list[int] = []  # the jobs the previous cycle saw locked
+        # The dead gauge per task: the last recount plus the deaths and departures seen since.
+        self.dead: dict[str, int] = {}
+        self.since_recount = 0  # counting cycles since the last recount
         self.counting = False
 
     @property
     def tallies(self) -> Tallies:
         """What the ledger counted, by job-type label."""
         return self.ledger.tallies
+
+    @property
+    def recount_due(self) -> bool:
+        """Whether the next cycle that reads the death window recounts the dead set."""
+        return not self.counting or self.since_recount >= DEAD_RECOUNT_EVERY
 
     def horizon_query(self) -> Query:
         """The statement to run in autocommit before the cycle's transaction."""
@@ -87,8 +102,13 @@ class GraphileWorkerReader:
             Query("snapshot", self.sql["snapshot"]),
             Query("gauges", self.sql["gauges"], (self.stuck_after,)),
         ]
+        # Once counting, the window is read every cycle (planned is None only before the
+        # baseline), so a recount shares its snapshot: what the window finds next came after.
+        if self.recount_due:
+            out.append(Query("dead", self.sql["dead"]))
         if planned is not None:
-            out.append(Query("deaths", self.sql["deaths"], (planned[0], self.locked)))
+            ids = sorted({int(i) for i in self.known} | set(self.locked))
+            out.append(Query("deaths", self.sql["deaths"], (planned[0], ids)))
         return out
 
     def apply(self, results: Results) -> Reading:
@@ -101,24 +121,49 @@ class GraphileWorkerReader:
             rows_read={name: len(rows) for name, rows in results.items()},
         )
         locked = {int(i) for row in results["gauges"] for i in row["locked_ids"]}
+        if "dead" in results:
+            self.dead = {str(row["job_type"]): int(row["held"]) for row in results["dead"]}
+            self.since_recount = 0
         if "deaths" not in results:
             # Not looked up this cycle: the next one looks up these as well.
             self.locked = sorted(locked | set(self.locked))
             reading.warnings.append("prepared transactions delay the graphile-worker baseline")
-            return reading
+            return self._with_dead(reading)
         if self.cursor.bound is None:
             raise PresetError("apply() before queries()")
-        window = {str(row["id"]): str(row["job_type"]) for row in results["deaths"]}
+        found = {str(row["id"]): str(row["job_type"]) for row in results["deaths"]}
         if self.counting:
-            # The previous window holds every job that was dead then and is still in this one,
-            # and a job locked then was not dead: a new id died since (the baseline's window
-            # is history and is not counted).
-            for job_id, task in window.items():
-                if job_id not in self.window:
+            # Everything followed was dead in the previous snapshot, and a job locked then was
+            # not dead: a new id died since (the baseline's window is history and is not
+            # counted). A followed id not returned is no longer dead: deleted or revived.
+            for job_id, task in found.items():
+                if job_id not in self.known:
                     # last_error is free text (and a lock takeover writes none): all are errors.
                     self.ledger.dead(task, ERROR)
-        self.window = window
+                    if "dead" not in results:
+                        self.dead[task] = self.dead.get(task, 0) + 1
+            if "dead" not in results:
+                for job_id, task in self.known.items():
+                    if job_id not in found:
+                        self.dead[task] = max(0, self.dead.get(task, 0) - 1)
+        if "dead" in results:
+            # The recount has every dead job: follow only the window's again (an id below it
+            # cannot come back into it but by a revival, see docs/presets.md).
+            found = {
+                str(row["id"]): str(row["job_type"]) for row in results["deaths"]
+                if row["in_window"]
+            }  # fmt: skip
+        else:
+            self.since_recount += 1
+        self.known = found
         self.locked = sorted(locked)
         self.counting = reading.counting = True
         self.cursor.advance(str(snapshot["snapshot"]))
+        return self._with_dead(reading)
+
+    def _with_dead(self, reading: Reading) -> Reading:
+        """The reading with the dead gauge filled in from the reader's count."""
+        gauges = reading.gauges
+        for task in {*gauges, *self.dead}:
+            gauges[task] = replace(gauges.get(task, Gauges()), held=self.dead.get(task, 0))
         return reading

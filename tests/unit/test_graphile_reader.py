@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.counting.cycle import PresetError
+from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
 from exporter.profiles.preset import PresetMode
 from exporter.runtime import QueueRuntime
@@ -26,15 +27,24 @@ def _cycle(
     prepared: int = 0,
     at: float = 0,
     locked: tuple[str, ...] = (),
+    below: tuple[str, ...] = (),
+    table: dict[str, int] | None = None,
 ) -> dict[str, Any]:
+    """One cycle: ``dead`` the death query's (id, task) rows, those in ``below`` found by id
+    under the window's bound; ``table`` what a recount would find."""
     horizon = {"lower_bound": 1000.0 + at, "hidden": 0, "prepared": prepared}
     queries = {q.name: q for q in reader.queries(horizon)}
     gauges = [{"job_type": "slow", "running": len(locked), "locked_ids": list(locked)}]
     results: dict[str, Any] = {"snapshot": SNAPSHOT, "gauges": gauges}
     if "deaths" in queries:
-        results["deaths"] = [{"id": i, "job_type": t} for i, t in dead]
-    reader.apply(results)
-    return {name: q.args for name, q in queries.items()}
+        results["deaths"] = [{"id": i, "job_type": t, "in_window": i not in below}
+                             for i, t in dead]  # fmt: skip
+    if "dead" in queries:
+        results["dead"] = [{"job_type": t, "held": n} for t, n in (table or {}).items()]
+    reading = reader.apply(results)
+    out: dict[str, Any] = {name: q.args for name, q in queries.items()}
+    out["held"] = {t: g.held for t, g in reading.gauges.items() if g.held}
+    return out
 
 
 def test_baseline_is_history_and_only_ids_new_to_the_window_are_deaths() -> None:
@@ -55,9 +65,9 @@ def test_jobs_seen_locked_are_looked_up_next_cycle_and_die_once() -> None:
     assert "deaths" not in _cycle(reader, [], prepared=1, locked=("7",))
     assert _cycle(reader, [], locked=("7",))["deaths"][1] == [7, 9]  # kept across the wait
     # force_unlock_workers left 7 dead with an old run_at: only the lookup finds it.
-    assert _cycle(reader, [("7", "slow")], at=5)["deaths"][1] == [7]
-    # Returned again (as if a window still held it): no recount.
-    assert _cycle(reader, [("7", "slow")], at=10)["deaths"][1] == []
+    assert _cycle(reader, [("7", "slow")], at=5, below=("7",))["deaths"][1] == [7]
+    # Still dead, followed by id from now on (not locked any more): no second death.
+    assert _cycle(reader, [("7", "slow")], at=10, below=("7",))["deaths"][1] == [7]
     assert reader.tallies.counters()["dead"] == {("slow", ERROR): 1}
 
 
@@ -68,6 +78,7 @@ def test_window_bound_follows_the_previous_horizon_and_waits_for_prepared_transa
     first = _cycle(reader, [])
     assert first["gauges"] == (30.0,)
     assert first["deaths"] == (999.0, [])  # the baseline reads its own bound
+    assert "dead" in first  # and recounts the dead set
     assert _cycle(reader, [], at=20)["deaths"] == (999.0, [])  # the previous horizon's
     assert _cycle(reader, [], at=40, prepared=1)["deaths"] == (1019.0, [])
     assert _cycle(reader, [], at=60)["deaths"] == (1019.0, [])  # held while 2PC was open
@@ -120,3 +131,32 @@ def test_the_profile_reads_graphiles_table_with_its_4_hour_takeover_as_stuck_def
     assert default.poller.profile.required_indexes == (
         "graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx",
     )  # fmt: skip
+
+
+def test_dead_gauge_is_recounted_every_n_cycles_and_follows_seen_deaths_between() -> None:
+    reader = GraphileWorkerReader()
+    # Before the baseline (a prepared transaction), every cycle recounts: nothing to follow.
+    assert _cycle(reader, [], prepared=1, table={"bad": 990})["held"] == {"bad": 990}
+    args = _cycle(reader, [("1", "bad")], table={"bad": 1000})  # the baseline
+    assert "dead" in args
+    assert args["held"] == {"bad": 1000}
+    # Two deaths: the gauge follows without a recount; 1 was the baseline's.
+    args = _cycle(reader, [("1", "bad"), ("2", "bad"), ("3", "mail")], at=5)
+    assert "dead" not in args
+    assert args["held"] == {"bad": 1001, "mail": 1}
+    # 1 aged out of the window but is followed by id, 2 deleted (or revived) by hand: gone.
+    args = _cycle(reader, [("1", "bad"), ("3", "mail")], at=10, below=("1",))
+    assert args["deaths"][1] == [1, 2, 3]
+    assert args["held"] == {"bad": 1000, "mail": 1}
+    for n in range(DEAD_RECOUNT_EVERY - 2):
+        assert "dead" not in _cycle(reader, [("1", "bad"), ("3", "mail")], at=20 + n,
+                                    below=("1", "3"))  # fmt: skip
+    # The recount absorbs what no window saw (old dead rows deleted by hand) ...
+    args = _cycle(reader, [("1", "bad"), ("3", "mail"), ("4", "bad")], at=50, below=("1", "3"),
+                  table={"bad": 700, "mail": 1})  # fmt: skip
+    assert args["held"] == {"bad": 700, "mail": 1}
+    # ... and then follows only its window again: 1 and 3 lie below it, 4 does not.
+    args = _cycle(reader, [("4", "bad")], at=55)
+    assert args["deaths"][1] == [4]
+    assert args["held"] == {"bad": 700, "mail": 1}
+    assert reader.tallies.counters()["dead"] == {("bad", ERROR): 2, ("mail", ERROR): 1}

@@ -15,15 +15,15 @@ SELECT extract(epoch FROM a.lower_bound)::float8 AS lower_bound, a.hidden, p.pre
 {sessions};
 
 -- name: gauges
--- Three sets, each read once and grouped by task: the available set through graphile's own
--- jobs_main_index (index-only: it includes task_id), the locked and the dead sets through the
--- preset's two partial indexes (graphile_worker_indexes.sql). Every task gets a row, so a
--- drained task reads 0. $1: seconds a job may stay locked before it counts as stuck.
+-- Two sets, each read once and grouped by task: the available set through graphile's own
+-- jobs_main_index (index-only: it includes task_id), the locked set through the preset's
+-- partial index (graphile_worker_indexes.sql). Every task gets a row, so a drained task reads
+-- 0. The dead set is counted by "dead", not every cycle. $1: seconds a job may stay locked
+-- before it counts as stuck.
 SELECT t.identifier AS job_type, coalesce(a.pending, 0) AS pending,
        coalesce(a.scheduled, 0) AS scheduled, coalesce(a.oldest_ready_wait, 0) AS oldest_ready_wait,
        coalesce(l.running, 0) AS running, coalesce(l.running_oldest, 0) AS running_oldest,
-       coalesce(l.stuck, 0) AS stuck, coalesce(d.held, 0) AS held,
-       coalesce(l.locked_ids, '{}') AS locked_ids
+       coalesce(l.stuck, 0) AS stuck, coalesce(l.locked_ids, '{}') AS locked_ids
 FROM graphile_worker._private_tasks t
 LEFT JOIN (
     SELECT j.task_id, count(*) AS pending,
@@ -45,8 +45,16 @@ LEFT JOIN (
     FROM graphile_worker._private_jobs j
     WHERE j.locked_at IS NOT NULL
     GROUP BY j.task_id
-) l ON l.task_id = t.id
-LEFT JOIN (
+) l ON l.task_id = t.id;
+
+-- name: dead
+-- The recount of the dead set (graphile keeps permanently failed jobs until deleted by hand,
+-- so it can hold most of the table): index-only through graphile_worker_exporter_dead_idx,
+-- O(dead rows). Run at the baseline and every DEAD_RECOUNT_EVERY cycles; in between the
+-- reader keeps the count from the deaths and departures it sees.
+SELECT t.identifier AS job_type, d.held
+FROM graphile_worker._private_tasks t
+JOIN (
     SELECT j.task_id, count(*) AS held
     FROM graphile_worker._private_jobs j
     WHERE j.locked_at IS NULL AND j.attempts >= j.max_attempts
@@ -59,10 +67,11 @@ LEFT JOIN (
 -- it: failJobs sets run_at = greatest(now(), run_at) + exp(least(attempts, 10)) seconds, and
 -- the 4 h lock takeover (resetLockedAt) sets run_at = greatest(run_at, now()), both stamped
 -- by a transaction that started after that bound. One range scan of
--- graphile_worker_exporter_dead_idx per task. Plus, by primary key, the jobs the previous
--- cycle saw locked ($2) that are dead now wherever their run_at is: force_unlock_workers
--- leaves run_at alone.
-SELECT t.identifier AS job_type, j.id::text AS id
+-- graphile_worker_exporter_dead_idx per task. Plus, by primary key, the ids in $2 that are
+-- dead now wherever their run_at is: the jobs the previous cycle saw locked
+-- (force_unlock_workers leaves run_at alone) and the dead jobs the reader follows, so it
+-- sees one that is no longer dead (deleted or revived). in_window tells the two apart.
+SELECT t.identifier AS job_type, j.id::text AS id, true AS in_window
 FROM graphile_worker._private_tasks t
 CROSS JOIN LATERAL (
     SELECT j.id
@@ -70,8 +79,9 @@ CROSS JOIN LATERAL (
     WHERE j.locked_at IS NULL AND j.attempts >= j.max_attempts AND j.task_id = t.id
       AND j.run_at >= to_timestamp($1::float8)
 ) j
-UNION
-SELECT t.identifier, j.id::text
+UNION ALL
+SELECT t.identifier, j.id::text, false
 FROM graphile_worker._private_jobs j
 JOIN graphile_worker._private_tasks t ON t.id = j.task_id
-WHERE j.id = ANY($2::bigint[]) AND j.locked_at IS NULL AND j.attempts >= j.max_attempts;
+WHERE j.id = ANY($2::bigint[]) AND j.locked_at IS NULL AND j.attempts >= j.max_attempts
+  AND j.run_at < to_timestamp($1::float8);

@@ -39,7 +39,7 @@ DEFAULT_JOBS = 5
 
 
 @contextlib.asynccontextmanager
-async def _library_database(
+async def library_database(
     pg_cluster: PgServer, install: Callable[[str], None]
 ) -> AsyncIterator[str]:
     """A database of its own with a library's schema, installed by the library."""
@@ -58,7 +58,7 @@ async def procrastinate_db(pg_cluster: PgServer) -> AsyncIterator[str]:
     require("procrastinate")
     from tests.system.presets.procrastinate_harness import install
 
-    async with _library_database(pg_cluster, install) as dsn:
+    async with library_database(pg_cluster, install) as dsn:
         yield dsn
 
 
@@ -68,7 +68,7 @@ async def pgboss_db(pg_cluster: PgServer) -> AsyncIterator[str]:
     require("pg-boss")
     from tests.system.presets.pgboss_harness import install
 
-    async with _library_database(pg_cluster, install) as dsn:
+    async with library_database(pg_cluster, install) as dsn:
         yield dsn
 
 

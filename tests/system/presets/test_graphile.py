@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
+from exporter.counting.gauges import Reading
 from exporter.profiles.graphile_worker import GraphileWorkerReader
 from exporter.vocabulary import ERROR
 from tests.system.presets.collect import Poller
@@ -43,6 +45,12 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     async with poller.running():
         truth = await run_workload(graphile_dsn, before_kill)
         await poller.cycles(3)
+    # Between recounts the dead gauge followed the deaths: some cycle without a recount moved it.
+    recounts = [i for i, r in enumerate(poller.readings) if "dead" in r.rows_read]
+    assert len(recounts) >= 2, "the workload spans a recount after the baseline"
+    moved = [i for i in range(1, len(poller.readings)) if i not in recounts
+             and _held(poller.readings[i]) != _held(poller.readings[i - 1])]  # fmt: skip
+    assert moved, "no cycle between recounts followed a death"
 
     counting = [r for r in poller.readings if r.counting]
     assert len(counting) >= 6, "the reader must poll many times during the workload"
@@ -77,6 +85,30 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 2}
     assert all(g.stuck == 0 for g in last.values())
     assert all(g.oldest_ready_wait == 0 for g in last.values())
+
+    # An old dead job (a history death, below every window, not followed) deleted by hand is
+    # invisible between recounts; the next recount takes it off the gauge.
+    conn = await asyncpg.connect(graphile_dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT j.id FROM graphile_worker._private_jobs j JOIN graphile_worker._private_tasks t"
+            " ON t.id = j.task_id WHERE t.identifier = 'bad' AND j.attempts >= j.max_attempts "
+            "ORDER BY j.id"
+        )
+        old = next(r["id"] for r in rows if str(r["id"]) not in reader.known)
+        await conn.execute("SELECT graphile_worker.complete_jobs(ARRAY[$1::bigint])", old)
+    finally:
+        await conn.close()
+    async with poller.running():
+        await poller.cycles(1)
+        if "dead" not in poller.readings[-1].rows_read:
+            assert poller.readings[-1].gauges["bad"].held == 2 + 5  # not seen yet
+        await poller.until(lambda: "dead" in poller.readings[-1].rows_read, within=20)
+    assert poller.readings[-1].gauges["bad"].held == 2 + 5 - 1
+
+
+def _held(reading: Reading) -> dict[str, int]:
+    return {task: g.held for task, g in reading.gauges.items()}
 
 
 def _oldest(poller: Poller, task: str) -> float:
