@@ -15,10 +15,10 @@ from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, first, gauges_from
 from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
-from exporter.model import Tallies
+from exporter.counting.reader import LedgerReader
 
 
-class EventLogReader(ABC):
+class EventLogReader(LedgerReader, ABC):
     """Counts a library's events exactly once and reads its live gauges, one cycle at a time.
 
     A cycle is: run :meth:`horizon_query` in autocommit and pass its row to :meth:`queries`;
@@ -29,16 +29,10 @@ class EventLogReader(ABC):
     def __init__(self, sql: dict[str, str], stuck_after: float, ledger: Ledger | None) -> None:
         """``sql``: the statements horizon, snapshot, gauges and events; ``stuck_after``: the
         heartbeat age past which a running job counts as stuck."""
+        super().__init__(sql, ledger)
         self.stuck_after = stuck_after
-        self.sql = sql
-        self.ledger = ledger or Ledger()
         self.cursor = IdWatermark()
-        self.counting = False
         self._reading_events = False
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        return Query("horizon", self.sql["horizon"])
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
@@ -78,11 +72,6 @@ class EventLogReader(ABC):
         elif self.cursor.horizon is not None and self.cursor.horizon.prepared:
             reading.warnings.append("prepared transactions hold the event cursor back")
         return reading
-
-    @property
-    def tallies(self) -> Tallies:
-        """What the ledger counted, by job-type label."""
-        return self.ledger.tallies
 
     @abstractmethod
     def count(self, event: Row) -> None:

@@ -15,9 +15,9 @@ from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
-from exporter.model import Tallies
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -63,27 +63,16 @@ RETENTION = RetentionHint(
 )
 
 
-class DjangoTasksReader:
+class DjangoTasksReader(LedgerReader):
     """Reads django-tasks-db's result table into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
 
     def __init__(self, ledger: Ledger | None = None, clock_margin: float = CLOCK_MARGIN) -> None:
-        self.sql = load_queries(PRESET)
-        self.ledger = ledger or Ledger()
+        super().__init__(load_queries(PRESET), ledger)
         self.clock_margin = clock_margin
         self.cursor = TerminalCursor(margin=clock_margin)
         self.window = EnqueueWindow(ACTIVE)
-        self.counting = False
-
-    @property
-    def tallies(self) -> Tallies:
-        """What the ledger counted, by job-type label."""
-        return self.ledger.tallies
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        return Query("horizon", self.sql["horizon"])
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""

@@ -14,9 +14,9 @@ from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.model import Tallies
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -62,15 +62,14 @@ RETENTION = RetentionHint(
 )
 
 
-class GraphileWorkerReader:
+class GraphileWorkerReader(LedgerReader):
     """Reads graphile_worker._private_jobs into gauges and an exact count of deaths."""
 
     preset = PRESET
 
     def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        self.sql = load_queries(PRESET)
+        super().__init__(load_queries(PRESET), ledger)
         self.stuck_after = stuck_after if stuck_after is not None else LOCK_TIMEOUT
-        self.ledger = ledger or Ledger()
         self.cursor = TerminalCursor()
         # The dead jobs the reader follows, id -> task identifier: the previous cycle's death
         # window, and every death seen since the last recount (each looked up by id).
@@ -79,21 +78,11 @@ class GraphileWorkerReader:
         # The dead gauge per task: the last recount plus the deaths and departures seen since.
         self.dead: dict[str, int] = {}
         self.since_recount = 0  # counting cycles since the last recount
-        self.counting = False
-
-    @property
-    def tallies(self) -> Tallies:
-        """What the ledger counted, by job-type label."""
-        return self.ledger.tallies
 
     @property
     def recount_due(self) -> bool:
         """Whether the next cycle that reads the death window recounts the dead set."""
         return not self.counting or self.since_recount >= DEAD_RECOUNT_EVERY
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        return Query("horizon", self.sql["horizon"])
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""

@@ -15,8 +15,8 @@ from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of
 from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
-from exporter.model import Tallies
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
@@ -130,7 +130,7 @@ def change(before: JobState, now: JobState, kinds: list[str]) -> Change:
     return out
 
 
-class ObanReader:
+class ObanReader(LedgerReader):
     """Reads oban_jobs into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
@@ -138,28 +138,17 @@ class ObanReader:
 
     def __init__(self, rescue_after: float | None = None, ledger: Ledger | None = None) -> None:
         self.rescue_after = rescue_after if rescue_after is not None else RESCUE_AFTER
-        self.ledger = ledger or Ledger()
         self.templates = load_queries(PRESET, event_log=self.event_log)
-        self.sql = self._with_states(ACTIVE_STATES - {"suspended"})
+        super().__init__(self._with_states(ACTIVE_STATES - {"suspended"}), ledger)
         self._states_known = False
         self.known: dict[int, JobState] = {}
         self.ids = IdWatermark()  # which ids are new: above the watermark and never seen
         self.cursor = TerminalCursor()  # the windows' timestamp bound and the previous xmin
-        self.counting = False
         self._lower_id: int | None = None
-
-    @property
-    def tallies(self) -> Tallies:
-        """What the ledger counted, by job-type label."""
-        return self.ledger.tallies
 
     def _with_states(self, states: frozenset[str]) -> dict[str, str]:
         literal = "'{" + ",".join(sorted(states)) + "}'::oban_job_state[]"
         return {name: sql.replace("{active}", literal) for name, sql in self.templates.items()}
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        return Query("horizon", self.sql["horizon"])
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""

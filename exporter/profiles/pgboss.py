@@ -13,8 +13,8 @@ from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
-from exporter.model import Tallies
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -68,31 +68,20 @@ def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int
     return retry_count, retry_count  # active, completed
 
 
-class PgbossReader:
+class PgbossReader(LedgerReader):
     """Reads pgboss.job / pgboss.queue into gauges and exact counts, one cycle at a time."""
 
     preset = PRESET
 
     def __init__(self, ledger: Ledger | None = None) -> None:
-        self.sql = load_queries(PRESET)
-        self.ledger = ledger or Ledger()
+        super().__init__(load_queries(PRESET), ledger)
         self.jobs = ActiveSet(ACTIVE_STATES)
         self.cursor = TerminalCursor()
-        self.counting = False
-
-    @property
-    def tallies(self) -> Tallies:
-        """What the ledger counted, by job-type label."""
-        return self.ledger.tallies
 
     @property
     def known(self) -> dict[str, JobState]:
         """What the reader last knew of each job a window can still return."""
         return self.jobs.known
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        return Query("horizon", self.sql["horizon"])
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
