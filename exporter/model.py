@@ -261,6 +261,23 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class HeldJobs:
+    """Finished jobs kept while a long transaction holds the horizon back, and their cap.
+
+    Past the cap (collect.max_held_jobs) the exporter keeps counting exactly and says so
+    (jobqueue_exporter_held_cap_exceeded, one log line): memory grows, counts are not lost.
+    """
+
+    jobs: int
+    cap: int
+
+    @property
+    def exceeded(self) -> bool:
+        """True while more jobs are held than the cap allows."""
+        return self.jobs > self.cap
+
+
+@dataclass(frozen=True)
 class QueueView:
     """A consistent copy of one queue's part of /metrics, taken between two collections."""
 
@@ -275,6 +292,7 @@ class QueueView:
     up: bool
     collection_timeout: float
     tracked: int | None  # None: the profile keeps no set of tracked jobs
+    held: HeldJobs | None = None  # None: the profile's cursor is never held (no tracker)
     coverage: Coverage = Coverage()
     collector: bool = True  # False on a standby: it exports up and leader only
     # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never

@@ -22,7 +22,7 @@ from exporter.board import Board
 from exporter.counting.cycle import Collected, CountingError, CountingMode
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
-from exporter.model import Health, QueueStatus, QueueView, Snapshot, Tallies
+from exporter.model import Health, HeldJobs, QueueStatus, QueueView, Snapshot, Tallies
 from exporter.profiles import Profile, profile_of
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
@@ -64,6 +64,7 @@ class Poller:
         self._counting = False
         self._behind = False
         self._warnings: tuple[str, ...] = ()
+        self._held_exceeded = False  # past collect.max_held_jobs at the last collection
         self.health = Health()
         self.snapshot: Snapshot | None = None
         self.generation = 0  # bumped after every collection
@@ -153,9 +154,14 @@ class Poller:
             up=self.health.up and fresh,
             collection_timeout=collect.timeout,
             tracked=self.mode.tracked,
+            held=self._held(),
             coverage=self.profile.coverage,
             fresh_until=self._fresh_until(),
         )
+
+    def _held(self) -> HeldJobs | None:
+        jobs = self.mode.held
+        return None if jobs is None else HeldJobs(jobs, self.settings.collect.max_held_jobs)
 
     def _standing(self) -> tuple[bool, bool, bool, str | None]:
         return self.standing() if self.standing is not None else (True, True, True, None)
@@ -279,6 +285,7 @@ class Poller:
         budget = self.settings.collect.timeout * READ_BUDGET_SHARE
         collected, durations = await run_cycle(self.database, self.mode, budget)
         self._note(collected)
+        self._note_held()
         self._behind = collected.behind
         for job_type in collected.snapshot.active:
             self.labels.label(job_type)
@@ -312,6 +319,24 @@ class Poller:
             for warning in collected.warnings:
                 log.warning(warning)
             self._warnings = collected.warnings
+
+    def _note_held(self) -> None:
+        # One line when the cap is crossed and one when back under, never one per cycle:
+        # the gauge jobqueue_exporter_held_cap_exceeded says it meanwhile.
+        held = self._held()
+        exceeded = held is not None and held.exceeded
+        if held is not None and exceeded != self._held_exceeded:
+            fields = {"held_jobs": held.jobs, "max_held_jobs": held.cap}
+            if exceeded:
+                log.warning(
+                    "more finished jobs held than collect.max_held_jobs while a long "
+                    "transaction holds the horizon back; counting stays exact, memory grows "
+                    "(about 300 bytes a job) until it ends",
+                    extra={"fields": fields},
+                )
+            else:
+                log.info("held jobs back under collect.max_held_jobs", extra={"fields": fields})
+        self._held_exceeded = exceeded
 
     async def _check_indexes(self) -> None:
         profile = self.profile

@@ -80,3 +80,8 @@ class CountingMode(Protocol):
     def tracked(self) -> int | None:
         """How many jobs' last state is kept (None: the mode keeps no such set)."""
         ...
+
+    @property
+    def held(self) -> int | None:
+        """Finished jobs kept until the cursor passes them (None: the mode keeps none)."""
+        ...

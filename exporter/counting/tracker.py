@@ -97,6 +97,8 @@ class Tracker:
         # Change in the number of DEAD rows per job_type since the reader last cleared it, so
         # the dead-letter gauge can be kept current without counting the dead letter every cycle.
         self.dead_delta: Counter[JobType] = Counter()
+        # Finished jobs kept because the floor has not passed them yet (see held).
+        self._held = 0
 
     @property
     def started(self) -> bool:
@@ -107,6 +109,13 @@ class Tracker:
     def tracked(self) -> int:
         """How many jobs' last state is kept."""
         return len(self._known)
+
+    @property
+    def held(self) -> int:
+        """How many finished (DONE or DEAD) jobs are kept only because the floor has not
+        passed them yet, as of the last cycle: a long transaction holds the floor back, and
+        these grow by one per job finished meanwhile (docs/exactness.md)."""
+        return self._held
 
     def since(self) -> float:
         """Lower bound of ``updated_at`` for the next read: the floor, else the tolerance window."""
@@ -296,15 +305,19 @@ class Tracker:
         # Finished rows are kept only while a read can still return them again. A dead job
         # leaves its id in dead_ids (8 bytes), so its requeue is still told from a new job.
         floor = self.since()
-        settled = [
-            (job_id, seen.status)
-            for job_id, seen in self._known.items()
-            if seen.updated_at < floor and seen.status in (DONE, DEAD)
-        ]
+        settled: list[tuple[str, int]] = []
+        held = 0
+        for job_id, seen in self._known.items():
+            if seen.status in (DONE, DEAD):
+                if seen.updated_at < floor:
+                    settled.append((job_id, seen.status))
+                else:
+                    held += 1
         for job_id, status in settled:
             del self._known[job_id]
             if status == DEAD:
                 self.dead_ids.add(job_id)
+        self._held = held
 
 
 def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:

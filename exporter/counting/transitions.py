@@ -80,6 +80,11 @@ class TransitionCursor:
         """How many jobs' last state the tracker keeps."""
         return self.tracker.tracked
 
+    @property
+    def held(self) -> int:
+        """Finished jobs kept until the cursor passes them (grows while the horizon is held)."""
+        return self.tracker.held
+
     def horizon_query(self) -> Query:
         """The statement to run in autocommit, before the cycle's snapshot."""
         return Query("horizon", self.sql["horizon"])

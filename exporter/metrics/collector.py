@@ -255,6 +255,12 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
         tracked = _gauge("jobqueue_exporter_tracked_jobs")
         tracked.add_metric([q], view.tracked)
         yield tracked
+    if view.held is not None and "tracked" not in view.coverage.withheld:
+        held = _gauge("jobqueue_exporter_held_jobs")
+        held.add_metric([q], view.held.jobs)
+        exceeded = _gauge("jobqueue_exporter_held_cap_exceeded")
+        exceeded.add_metric([q], 1 if view.held.exceeded else 0)
+        yield from (held, exceeded)
     yield from (folded, lag, rows_read)
 
 

@@ -313,6 +313,22 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "tracker",
     ),
     _d(
+        "jobqueue_exporter_held_jobs",
+        "gauge",
+        (QUEUE,),
+        "Finished jobs (part of tracked_jobs) kept until the change cursor passes them: grows by "
+        "one per job finished while a long transaction holds the horizon back, about 300 bytes "
+        "each; falls when it ends.",
+        "tracker",
+    ),
+    _d(
+        "jobqueue_exporter_held_cap_exceeded",
+        "gauge",
+        (QUEUE,),
+        "1 while held_jobs is above collect.max_held_jobs (counting stays exact, memory grows).",
+        "tracker",
+    ),
+    _d(
         "jobqueue_exporter_lag_seconds",
         "gauge",
         (QUEUE,),

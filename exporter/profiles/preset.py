@@ -25,6 +25,12 @@ class PresetMode:
         """A reader keeps cursors, not a set of tracked jobs."""
         return None
 
+    @property
+    def held(self) -> None:
+        """A reader keeps no finished jobs while the horizon is held (what waits for it is
+        the id watermark's set of consumed event ids)."""
+        return None
+
     def horizon_query(self) -> Query:
         """The reader's horizon statement."""
         return self.reader.horizon_query()

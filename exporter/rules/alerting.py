@@ -22,6 +22,7 @@ from exporter.rules.flow import (
     no_progress_specs,
     producers_stopped_specs,
     slow_drain_specs,
+    vanished_specs,
 )
 from exporter.rules.health import health_alert_specs
 from exporter.rules.promql import (
@@ -44,7 +45,7 @@ from exporter.settings import AlertSettings
 
 Specs = list[dict[str, Any]]
 # Alerts with a queue label but no job_type.
-QUEUE_LEVEL_ALERTS = ("JobQueueMalformedRows", "JobQueueCostBudgetExceeded")
+QUEUE_LEVEL_ALERTS = ("JobQueueMalformedRows", "JobQueueCostBudgetExceeded", "JobQueueJobsVanished")
 # The alerts that name the job label only (every queue of the job is blind).
 JOB_LEVEL_ALERTS = ("JobQueueExporterDown",)
 EXPIRED_STUCK = f"job_type:jobqueue_stuck_jobs:max{{{REAPED}}}"
@@ -212,6 +213,7 @@ FAMILIES: tuple[Callable[[AlertSettings], Specs], ...] = (
     dead_letter_growing_specs,
     dead_letter_size_specs,
     malformed_specs,
+    vanished_specs,
     health_alert_specs,
 )
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from exporter.rules.promql import (
     DEADLINE_KILL,
+    JOB,
     JOB_TYPE,
     NOT_REAPED,
     QUEUE,
@@ -29,6 +30,10 @@ from exporter.settings import AlertSettings
 Specs = list[dict[str, Any]]
 FAILURES = "jobqueue_job_failures_total"
 COMPLETED = "jobqueue_jobs_completed_total"
+# Any vanished job is worth a look: its outcome is counted nowhere. An hour keeps one deletion
+# sweep of retention visible long enough to be seen on a dashboard.
+VANISHED_WINDOW = 3600.0
+VANISHED_FOR = 60.0  # one evaluation is no proof; a minute is
 
 
 def _finished(failed: str, completed: str) -> str:
@@ -223,5 +228,23 @@ def malformed_specs(a: AlertSettings) -> Specs:
             f"of queue {QUEUE} over the last {format_duration(mw)} (threshold "
             f"{number(a.malformed_ratio * 100)}%); cost counters and every cost alert miss "
             "them.",
+        }
+    ]
+
+
+def vanished_specs(a: AlertSettings) -> Specs:
+    """JobQueueJobsVanished: tracked jobs were deleted before a collection saw them end."""
+    vanished = Builder(a).increase("jobqueue_exporter_jobs_vanished_total", VANISHED_WINDOW)
+    window = format_duration(VANISHED_WINDOW)
+    return [
+        {
+            "name": "JobQueueJobsVanished",
+            "expr": f"{vanished} > 0",
+            "for_": VANISHED_FOR,
+            "severity": "info",
+            "summary": "Tracked jobs were deleted before the exporter saw them end.",
+            "description": f"{VALUE_COUNT} jobs of queue {QUEUE} in {JOB}, last seen "
+            f"{{{{ $labels.last_status }}}}, were deleted over the last {window} before a "
+            "collection saw them end (retention or TRUNCATE); their outcome is counted nowhere.",
         }
     ]

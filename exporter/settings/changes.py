@@ -5,7 +5,7 @@ A queue is the same queue when its name, database (the DSN without its password)
 its counters then survive a reload. How much of it must be rebuilt depends on what changed:
 
 - live: collection settings the running loop takes on at once (interval, timeout, thresholds,
-  staleness, done counting, job type names and the label cap);
+  staleness, done counting, job type names, the label cap and the held-jobs cap);
 - reconnect: how the exporter connects (password, pool size, connect, statement and lock
   timeouts): a new pool, the counters kept;
 - replace: the settings the counting itself depends on (commit-lag tolerance, a preset's
@@ -28,7 +28,7 @@ RESTART_ONLY = (
 
 _CONNECTION = {"statement_timeout", "lock_timeout"}
 _LIVE = {"interval", "timeout", "stuck_threshold", "staleness_limit", "done_count"}
-_LIVE |= {"max_job_types", "job_types"}
+_LIVE |= {"max_job_types", "job_types", "max_held_jobs"}
 _COUNTING = {f.name for f in fields(CollectSettings)} - _CONNECTION - _LIVE
 
 

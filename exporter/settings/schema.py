@@ -159,6 +159,12 @@ class CollectSettings:
         "size, over as many cycles as it takes (each cycle reads for at most half of timeout).",
         check=at_least_one,
     )  # fmt: skip
+    max_held_jobs: int = setting(
+        Kind.INTEGER, 1_000_000, "Finished jobs the change cursor may keep while a long "
+        "transaction holds the horizon back (about 300 bytes each) before it says so with "
+        "jobqueue_exporter_held_cap_exceeded and a warning; counting stays exact past it.",
+        check=at_least_one,
+    )  # fmt: skip
     staleness_limit: float | None = setting(
         Kind.DURATION, None, "Withdraw queue gauges after failing this long (null: 3 intervals).",
         optional=True, check=positive_or_null,

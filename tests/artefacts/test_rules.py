@@ -36,7 +36,7 @@ BUDGET_RULES_FILE = ROOT / "alerts" / "tests" / "budget" / "rules" / "jobqueue-b
 RUNBOOKS = ROOT / "docs" / "runbooks.md"
 BUDGET_SETTINGS = dataclasses.replace(AlertSettings(), cost_budget_usd_per_hour=50.0)
 
-# Every alert named in issues 4 and 15; the budget alert exists only with a budget.
+# Every alert named in issues 4, 15 and 21; the budget alert exists only with a budget.
 EXPECTED_ALERTS = {
     "JobQueueJobsStuck",
     "JobQueueJobOverrun",
@@ -63,6 +63,7 @@ EXPECTED_ALERTS = {
     "JobQueueMetricsAbsent",
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
+    "JobQueueJobsVanished",
 }
 
 

@@ -1,13 +1,15 @@
 """Real operations on a real PostgreSQL, counted against the reference SQL's own record.
 
 Archive restores (rows inserted now with an old ``created_at``), a two-phase transaction
-prepared before the exporter's baseline, retention deleting unfinished jobs, and the one
+prepared before the exporter's baseline, retention deleting unfinished jobs, finished jobs held past collect.max_held_jobs while a
+backup-like transaction holds the horizon, and the one
 history that polling cannot see (docs/exactness.md, "What polling cannot see"). The ground
 truth is a :class:`Tally` of the transitions the reference queue's statements returned.
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,9 +32,9 @@ RESULT = {"metrics": {"duration_ms": 250}}
 
 
 @asynccontextmanager
-async def exporter_and_queue(dsn: str) -> AsyncIterator[tuple[Poller, JobQueue]]:
+async def exporter_and_queue(dsn: str, **collect: object) -> AsyncIterator[tuple[Poller, JobQueue]]:
     """A poller of the queue and the reference queue's statements on a connection of its own."""
-    poller = make_poller(fast_settings(dsn))
+    poller = make_poller(fast_settings(dsn, **collect))
     conn = await asyncpg.connect(dsn)
     try:
         yield poller, JobQueue(conn, backoff_base=0.0)
@@ -221,3 +223,66 @@ async def test_a_requeue_inside_one_interval_of_a_job_seen_pending_is_the_docume
         for missed in (truth.failures, truth.dead, truth.requeued):
             missed.clear()
         assert_exact(poller, truth)
+
+
+async def runs_to_the_end(queue: JobQueue, truth: Tally, job_type: int, fails: bool) -> Transition:
+    """Enqueue a job, claim it, and complete it (or fail its only attempt: DEAD)."""
+    job = await queue.enqueue(job_type, max_attempts=1)
+    assert job is not None
+    claimed = await queue.claim("w", 60.0, job_id=job.job_id)
+    if fails:
+        end = await queue.fail(job.job_id, "w", "boom")
+    else:
+        end = await queue.complete(job.job_id, "w", RESULT)
+    for step in (job, claimed, end):
+        assert step is not None
+        truth.record(step)
+    assert end is not None
+    return end
+
+
+def held_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    """The log lines about collect.max_held_jobs: (level, message)."""
+    return [
+        (r.levelno, r.getMessage()) for r in caplog.records if "max_held_jobs" in r.getMessage()
+    ]
+
+
+async def test_finished_jobs_held_past_the_cap_are_flagged_once_and_still_counted_exactly(
+    db_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="exporter.poller")
+    truth = Tally()
+    async with exporter_and_queue(db_dsn, max_held_jobs=5, max_rows_per_query=4) as (
+        poller,
+        queue,
+    ):
+        assert await poller.collect_once()  # the baseline
+        dump = await asyncpg.connect(db_dsn)
+        try:
+            # A pg_dump-like transaction: its snapshot holds the horizon from here on.
+            await dump.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            await dump.fetchval("SELECT count(*) FROM job")
+            ends = [await runs_to_the_end(queue, truth, 4, fails=i % 4 == 0) for i in range(12)]
+            for _ in range(4):
+                assert await poller.collect_once()
+            # Counted on time: every finished job is read past the held bound, and kept.
+            assert_exact(poller, truth)
+            assert cursor(poller).tracker.held == 12
+            samples = scrape(poller)
+            assert value(samples, "jobqueue_exporter_held_jobs") == 12
+            assert value(samples, "jobqueue_exporter_held_cap_exceeded") == 1
+            assert [level for level, _ in held_lines(caplog)] == [logging.WARNING]  # once
+            await dump.execute("COMMIT")
+        finally:
+            await dump.close()
+        # The horizon moves: the held region is swept once and forgotten.
+        await collect_past(poller, ends[-1].updated_at)
+        assert_exact(poller, truth)
+        assert cursor(poller).tracker.held == 0
+        samples = scrape(poller)
+        assert value(samples, "jobqueue_exporter_held_jobs") == 0
+        assert value(samples, "jobqueue_exporter_held_cap_exceeded") == 0
+        assert [level for level, _ in held_lines(caplog)] == [logging.WARNING, logging.INFO]
+        assert poller.tallies.completed["4"] == 9
+        await assert_dead_gauge_matches_table(poller, db_dsn)

@@ -222,6 +222,7 @@ def progress_cases() -> list[Case]:
 def counter_cases() -> list[Case]:
     fail = "jobqueue_job_failures_total"
     done = "jobqueue_jobs_completed_total"
+    vanished = "jobqueue_exporter_jobs_vanished_total"
     return [
         Case(
             "JobQueueDeadlineKills warning fires above 5 per hour",
@@ -350,6 +351,38 @@ def counter_cases() -> list[Case]:
             value=0.1,
             labels=lab(),
             silent_at=("15m",),
+        ),
+        # Counters of two pods (a rollout): summed, so the value is 3 where a max would say 2.
+        Case(
+            "JobQueueJobsVanished fires a minute after jobs are deleted unseen, summed over two pods",
+            "JobQueueJobsVanished",
+            [
+                s(vanished, "0x20 2x100", last_status="pending"),
+                s(vanished, "0x20 1x100", last_status="pending", instance="b"),
+                s(vanished, "0x150", last_status="running"),
+            ],
+            fire_at="11m30s",
+            value=3,
+            labels=lab(last_status="pending"),
+            silent_at=("11m",),
+        ),
+        Case(
+            "JobQueueJobsVanished fires on one job, 50m after, and resolves once the hour is past",
+            "JobQueueJobsVanished",
+            [s(vanished, "0x20 1x200", last_status="running")],
+            fire_at="1h",
+            value=1,
+            labels=lab(last_status="running"),
+            silent_at=("1h20m",),
+        ),
+        Case(
+            "JobQueueJobsVanished stays silent while nothing vanishes",
+            "JobQueueJobsVanished",
+            [
+                s(vanished, "0x150", last_status="pending"),
+                s(vanished, "5x150", last_status="running"),
+            ],
+            silent_at=("30m", "1h10m"),
         ),
         Case(
             "JobQueueMalformedRows stays silent at exactly 5%",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from exporter.model import ActiveStats, Health, QueueView, Snapshot, Tallies
+from exporter.model import ActiveStats, Health, HeldJobs, QueueView, Snapshot, Tallies
 from exporter.vocabulary import REQUIRED_INDEXES
 
 
@@ -41,5 +41,6 @@ def view(queue: str = "orders", **changes: object) -> QueueView:
         up=True,
         collection_timeout=10.0,
         tracked=4,
+        held=HeldJobs(jobs=2, cap=1_000_000),
     )
     return replace(base, **changes)  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
 from exporter.metrics import BY_NAME, DEFINITIONS, exposed_metric_names, reference_table, render
-from exporter.model import Health, QueueView
+from exporter.model import Health, HeldJobs, QueueView
 from exporter.vocabulary import COLLECTION_ERROR_REASONS, FAILURE_REASONS, REQUIRED_INDEXES
 from tests.unit.factories import view
 
@@ -75,6 +75,8 @@ def test_health_lists_every_error_reason_and_index() -> None:
     assert get(found, "jobqueue_up") == 1
     assert get(found, "jobqueue_exporter_leader") == 1
     assert get(found, "jobqueue_exporter_tracked_jobs") == 4
+    assert get(found, "jobqueue_exporter_held_jobs") == 2
+    assert get(found, "jobqueue_exporter_held_cap_exceeded") == 0
     assert get(found, "jobqueue_exporter_build_info", version=__version__) == 1
 
 
@@ -100,6 +102,20 @@ def test_two_queues_share_each_family_once_and_keep_their_own_values() -> None:
     found = samples(view("orders"), view("mails", tracked=9))
     assert get(found, "jobqueue_exporter_tracked_jobs", queue="mails") == 9
     assert get(found, "jobqueue_exporter_tracked_jobs", queue="orders") == 4
+
+
+def test_held_jobs_past_the_cap_are_flagged_and_at_the_cap_are_not() -> None:
+    at_cap = samples(view(held=HeldJobs(jobs=5, cap=5)))
+    assert get(at_cap, "jobqueue_exporter_held_jobs") == 5
+    assert get(at_cap, "jobqueue_exporter_held_cap_exceeded") == 0
+    past = samples(view(held=HeldJobs(jobs=6, cap=5)))
+    assert get(past, "jobqueue_exporter_held_cap_exceeded") == 1
+
+
+def test_a_profile_without_a_tracker_exports_no_held_jobs() -> None:
+    present = names(samples(view(held=None)))
+    assert "jobqueue_exporter_held_jobs" not in present
+    assert "jobqueue_exporter_held_cap_exceeded" not in present
 
 
 def test_hostile_label_values_are_escaped() -> None:

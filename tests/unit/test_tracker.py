@@ -165,6 +165,25 @@ def test_settled_rows_are_forgotten_so_memory_stays_bounded() -> None:
     assert t.tracked == 0
 
 
+def test_finished_jobs_above_the_floor_are_held_until_it_passes_them() -> None:
+    # A long transaction holds the floor at 1001: every job finished since stays, one entry
+    # each however many times it changed; active jobs are tracked but not held.
+    t = make_tracker()
+    t.baseline(1000.0, [], [], origin=1001.0)
+    done = [row(str(i), status=DONE, attempts=1, result=RESULT, created_at=1002.0,
+                updated_at=1003.0 + i, run_started_at=1002.5) for i in range(3)]  # fmt: skip
+    dead = row("x", status=DEAD, attempts=1, max_attempts=1, last_error="boom",
+               created_at=1002.0, updated_at=1004.0, run_started_at=1003.0)  # fmt: skip
+    t.apply(1010.0, [*done, dead, row("p", created_at=1005.0, updated_at=1005.0)], floor=1001.0)
+    t.apply(1020.0, done[:1], floor=1001.0)  # read again past the held bound: no new entry
+    assert (t.held, t.tracked) == (4, 5)
+    t.apply(1030.0, [], floor=1004.5)  # the horizon moved past all but one of them
+    assert (t.held, t.tracked) == (1, 2)
+    assert "x" in t.dead_ids
+    t.apply(1040.0, [], floor=1030.0)
+    assert (t.held, t.tracked) == (0, 1)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.one_of(
