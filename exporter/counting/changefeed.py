@@ -48,6 +48,7 @@ class ChangeFeed:
         # next cycle's reads past the bound start after it (see chunk()).
         self.ahead: Key | None = None
         self._past_bound = False  # this cycle's reads have reached the bound
+        self._writers: datetime | None = None  # the previous horizon's writers_bound
         self.caught_up = True
         self.rows_read = 0  # in total, for jobqueue_exporter_rows_read_total
 
@@ -105,13 +106,16 @@ class ChangeFeed:
         # with its start, below ahead: the reads past the bound start from there again, so a
         # late commit is read in the next cycle. One that has not written yet and then writes
         # is found by the cursor's sweep once the horizon moves (docs/exactness.md).
+        # The previous horizon's writers count too: one of them may have committed since, and
+        # the current horizon no longer lists it.
+        previous, self._writers = self._writers, horizon.writers_bound
         if self.ahead is None:
             return
         writers = horizon.writers_bound
-        if writers is None or horizon.hidden:
+        if writers is None or previous is None or horizon.hidden:
             self.ahead = None  # no such bound: read everything past the bound again
             return
-        soft = (writers - timedelta(seconds=self.margin), NIL)
+        soft = (min(writers, previous) - timedelta(seconds=self.margin), NIL)
         self.ahead = min(self.ahead, soft)
 
     def took(self, keys: list[Key]) -> bool:
