@@ -31,9 +31,16 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from bench.data import Shape, build_table
-from bench.measure import ROOT, unique_name, wait_ready
-from bench.throughput import BACKLOG, _seconds, counts, pgbench, scrape, start_exporter, total
+from bench.measure import ROOT, wait_ready
+from bench.throughput import (
+    _seconds,
+    counts,
+    loaded_database,
+    pgbench,
+    scrape,
+    start_exporter,
+    total,
+)
 from exporter.demo.cluster import Cluster
 
 COMPLETED, ENQUEUED = "jobqueue_jobs_completed_total", "jobqueue_jobs_enqueued_total"
@@ -80,20 +87,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     cluster.start()
     exporter = None
     try:
-        name = unique_name("stall")
-        cluster.create_database(name)
-        dsn = cluster.dsn(name)
-        cluster.psql(f"ALTER DATABASE {name} SET synchronous_commit = off")
-        await build_table(dsn, Shape(args.rows))
-        conn = await asyncpg.connect(dsn)
-        try:
-            await conn.execute(
-                "INSERT INTO job (job_type, created_at, updated_at, run_after) "
-                "SELECT 1 + i % 8, now() - interval '1 hour', now() - interval '1 hour', "
-                "now() - interval '1 hour' FROM generate_series(1, $1) i", BACKLOG)  # fmt: skip
-            await conn.execute("VACUUM ANALYZE job")
-        finally:
-            await conn.close()
+        _, dsn = await loaded_database(cluster, "stall", args.rows)
         exporter, port = start_exporter(dsn, args.interval, ROOT)
         await wait_ready(port, exporter)
         session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))

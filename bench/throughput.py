@@ -170,14 +170,13 @@ async def db_now(dsn: str) -> float:
         await conn.close()
 
 
-async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None) -> dict[str, Any]:
-    """One rate on a fresh database: load, measure, compare."""
-    name = unique_name("tp")
+async def loaded_database(cluster: Cluster, prefix: str, rows: int) -> tuple[str, str]:
+    """A fresh database: ``rows`` rows of history and the standing backlog; (name, DSN)."""
+    name = unique_name(prefix)
     cluster.create_database(name)
     dsn = cluster.dsn(name)
     cluster.psql(f"ALTER DATABASE {name} SET synchronous_commit = off")
-    await build_table(dsn, Shape(args.rows))
-    statements.prepare_database(cluster, name)
+    await build_table(dsn, Shape(rows))
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(
@@ -187,6 +186,13 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
         await conn.execute("VACUUM ANALYZE job")
     finally:
         await conn.close()
+    return name, dsn
+
+
+async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None) -> dict[str, Any]:
+    """One rate on a fresh database: load, measure, compare."""
+    name, dsn = await loaded_database(cluster, "tp", args.rows)
+    statements.prepare_database(cluster, name)
     root = Path(args.exporter_root) if args.exporter_root else ROOT
     # Under a role of its own, so pg_stat_statements tells its statements apart.
     exporter, port = start_exporter(cluster.dsn(name, user=statements.ROLE), args.interval, root)
