@@ -47,6 +47,7 @@ class Seen:
     run_started_at: float | None
     updated_at: float
     created_at: float = 0.0
+    run_after: float | None = None
 
     @classmethod
     def of(cls, row: JobRow) -> Seen:
@@ -59,6 +60,7 @@ class Seen:
             row.run_started_at,
             row.updated_at,
             row.created_at,
+            row.run_after,
         )
 
 
@@ -87,6 +89,9 @@ class Tracker:
         self.labels = labels
         self.tallies = tallies
         self._known: dict[str, Seen] = {}
+        # The ids in _known whose state is DONE or DEAD: only these can be forgotten, and
+        # walking them alone keeps a cycle's cost off the size of the pending backlog.
+        self._finished: set[str] = set()
         self._started_at: float | None = None  # database time of the baseline
         self._last_at: float | None = None  # database time of the last applied cycle
         # Dead jobs the tracker does not keep (dead at the baseline, or dead and forgotten
@@ -140,8 +145,9 @@ class Tracker:
         jobs that were DEAD in the baseline's snapshot.
         """
         self._known = {}
+        self._finished = set()
         for row in [*active, *changed]:
-            self._known[row.job_id] = Seen.of(row)
+            self._remember(row.job_id, Seen.of(row))
             self.labels.label(row.job_type)
         self.dead_ids = DeadIds(dead_ids)
         self._started_at = now
@@ -188,6 +194,7 @@ class Tracker:
         vanished before any read saw it end, and is counted so, by the status last seen."""
         for job_id in job_ids:
             seen = self._known.pop(job_id, None)
+            self._finished.discard(job_id)
             if seen is not None and seen.status in _ACTIVE_NAMES:
                 self.tallies.vanished[_ACTIVE_NAMES[seen.status]] += 1
 
@@ -197,7 +204,7 @@ class Tracker:
         seen = Seen.of(row)
         if known == seen:
             return  # read again (past the horizon's bound, or in a fallback window): counted
-        self._known[row.job_id] = seen
+        self._remember(row.job_id, seen)
         if row.updated_at <= self._started_at:
             return  # changed before the baseline: history, not a transition we saw
         label = self.labels.label(row.job_type)
@@ -233,6 +240,13 @@ class Tracker:
         else:
             previous = known
         self._count_since(previous, row, label)
+
+    def _remember(self, job_id: str, seen: Seen) -> None:
+        self._known[job_id] = seen
+        if seen.status == DONE or seen.status == DEAD:
+            self._finished.add(job_id)
+        else:
+            self._finished.discard(job_id)
 
     def _count_since(self, previous: Seen, row: JobRow, label: str) -> None:
         """Count attempts that ended between ``previous`` and ``row`` (no requeue in between)."""
@@ -305,27 +319,45 @@ class Tracker:
         # Finished rows are kept only while a read can still return them again. A dead job
         # leaves its id in dead_ids (8 bytes), so its requeue is still told from a new job.
         floor = self.since()
-        settled: list[tuple[str, int]] = []
-        held = 0
-        for job_id, seen in self._known.items():
-            if seen.status in (DONE, DEAD):
-                if seen.updated_at < floor:
-                    settled.append((job_id, seen.status))
-                else:
-                    held += 1
-        for job_id, status in settled:
-            del self._known[job_id]
-            if status == DEAD:
+        known = self._known
+        settled = [job_id for job_id in self._finished if known[job_id].updated_at < floor]
+        for job_id in settled:
+            if known.pop(job_id).status == DEAD:
                 self.dead_ids.add(job_id)
-        self._held = held
+        self._finished.difference_update(settled)
+        self._held = len(self._finished)
 
 
 def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:
     if row.attempts < known.attempts:
         return True
-    return (
+    if (
         row.attempts == known.attempts
         and row.run_started_at is not None
         and known.run_started_at is not None
         and row.run_started_at != known.run_started_at
+    ):
+        return True
+    return _run_after_reset_without_failure(known, row)
+
+
+def _run_after_reset_without_failure(known: Seen, row: JobRow) -> bool:
+    # Only three transitions move run_after: a retried failure (to now() + backoff), a reap
+    # (to now()) and a requeue (to now()). When the attempts say that none failed since the
+    # last read, yet run_after was set to a moment after that read and no later than the row's
+    # last change, only a requeue can have set it: the job died and was requeued unseen
+    # (a job read PENDING with 0 attempts, then claimed, dead, requeued and claimed again).
+    # An application that postpones a job sets run_after in the future: not taken for one.
+    if row.run_after is None or known.run_after is None or row.run_after == known.run_after:
+        return False
+    if not known.updated_at < row.run_after <= row.updated_at:
+        return False
+    if row.run_started_at is not None and row.run_after > row.run_started_at:
+        return False
+    ended = (
+        row.attempts
+        - known.attempts
+        + (1 if known.status == RUNNING else 0)
+        - (1 if row.status == RUNNING else 0)
     )
+    return ended == (1 if row.status == DONE else 0)

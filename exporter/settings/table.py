@@ -25,7 +25,9 @@ ROLES: dict[str, str] = {
     "max_attempts": "attempts allowed; a failure at attempts >= max_attempts is a death",
     "worker_id": "who holds the job (not read by the exporter)",
     "lease_until": "end of the running attempt's lease; past it the job is stuck",
-    "run_after": "earliest time the job may be claimed (backoff, scheduling)",
+    "run_after": (
+        "earliest time the job may be claimed (backoff, scheduling); a requeue sets it to now()"
+    ),
     "run_started_at": "start of the latest attempt",
     "result": "jsonb of a done job: duration and costs at the configured paths",
     "last_error": "text of the latest failure; the reaper appends the lease marker",

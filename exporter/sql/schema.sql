@@ -16,8 +16,9 @@
 --                                  last_error set
 --             running -> dead      attempts >= max_attempts: last_error set
 --   reap      running -> pending/dead  lease_until < now(): last_error gets the lease marker
---                                  (' [lease-expired reclaim]') appended
---   requeue   dead -> pending      attempts = 0, last_error and run_started_at NULL
+--                                  (' [lease-expired reclaim]') appended, run_after = now()
+--   requeue   dead -> pending      attempts = 0, last_error and run_started_at NULL,
+--                                  run_after = now()
 -- What the exporter needs of it: every transition stamps updated_at = now() (the start of
 -- its transaction), and a row is changed only by these transitions (or deleted).
 -- gen_random_uuid() is built in since PostgreSQL 13.
@@ -46,7 +47,8 @@ CREATE TABLE IF NOT EXISTS job (
     worker_id       text,
     -- End of the running attempt's lease: a running job past it is stuck (lease_expired).
     lease_until     timestamptz,
-    -- Earliest claim time (backoff, scheduling): wait = run_started_at - run_after.
+    -- Earliest claim time (backoff, scheduling): wait = run_started_at - run_after. Only a
+    -- retried failure, a reap and a requeue move it: a move no failure explains is a requeue.
     run_after       timestamptz NOT NULL DEFAULT now(),
     -- Start of the latest attempt: a running job older than collect.stuck_threshold is stuck.
     run_started_at  timestamptz,

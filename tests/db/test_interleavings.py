@@ -14,8 +14,9 @@ Polling sees one row per job per read, so the step grammar keeps out the two his
 docs/exactness.md ("What polling cannot see") says it cannot tell apart: a second failure of a
 job whose first failure no collection has read yet (its message would be overwritten: only
 reaps, whose markers append, may follow an unread failure), and a requeue of a job whose
-death no collection has read yet (the hidden requeue). Both stay reachable across a
-collection. Rows deleted between reads are the third case; no step deletes.
+death no collection has read yet (the hidden requeue: counted only in the histories
+docs/exactness.md names, which tests/db/test_operations.py covers). Both stay reachable across
+a collection. Rows deleted between reads are the third case; no step deletes.
 """
 
 from __future__ import annotations

@@ -145,6 +145,65 @@ def test_attempts_going_down_reveal_death_and_requeue_between_cycles() -> None:
     assert t.tallies.requeued["1"] == 1
 
 
+def seen_pending(t: Tracker, **kw: object) -> JobRow:
+    """A job enqueued after the baseline and read PENDING with 0 attempts (run_after 1001)."""
+    job = row(created_at=1001.0, run_after=1001.0, updated_at=1001.0, **kw)
+    t.baseline(1000.0, [], [])
+    t.apply(1002.0, [job])
+    return job
+
+
+def test_a_requeue_hidden_in_one_interval_is_told_by_run_after_set_without_a_failure() -> None:
+    t = make_tracker()
+    job = seen_pending(t, max_attempts=1)
+    # Claim, fail (dead: run_after kept), requeue (run_after = now() = 1005), claim, complete.
+    done = replace(job, status=DONE, attempts=1, run_after=1005.0, run_started_at=1006.0,
+                   updated_at=1007.0, result=RESULT)  # fmt: skip
+    t.apply(1010.0, [done])
+    assert t.tallies.failures[("1", "error")] == 1
+    assert t.tallies.dead[("1", "error")] == 1
+    assert t.tallies.requeued["1"] == 1
+    assert t.tallies.completed["1"] == 1
+    assert t.tallies.wait["1"].total == 1.0  # the wait of the attempt after the requeue
+
+
+def test_a_job_dead_and_requeued_unseen_and_still_pending_counts_every_attempt_it_had() -> None:
+    t = make_tracker()
+    job = seen_pending(t, max_attempts=3)
+    # Three claims, two retried failures, a death, a requeue: read PENDING with 0 attempts.
+    again = replace(job, run_after=1008.0, updated_at=1008.0)
+    t.apply(1010.0, [again])
+    assert t.dead_delta["1"] == 0  # died and left the dead letter in the same interval
+    t.apply(1020.0, [again])  # read again: counted once
+    assert t.tallies.failures[("1", "error")] == 3
+    assert t.tallies.dead[("1", "error")] == 1
+    assert t.tallies.requeued["1"] == 1
+
+
+def test_run_after_moved_by_a_failure_or_a_postponement_is_not_a_requeue() -> None:
+    t = make_tracker()
+    retried = seen_pending(t, job_id="a")
+    reaped = row("b", created_at=1001.0, run_after=1001.0, updated_at=1001.0)
+    postponed = row("c", created_at=1001.0, run_after=1001.0, updated_at=1001.0)
+    t.apply(1002.5, [reaped, postponed])
+    changed = [
+        # Claim, fail (retried: run_after = now() + 5), claim, complete.
+        replace(retried, status=DONE, attempts=2, last_error="boom", run_after=1008.0,
+                run_started_at=1008.5, updated_at=1009.0, result=RESULT),
+        # Claim, reaped (run_after = now()), claim, complete.
+        replace(reaped, status=DONE, attempts=2, last_error=MARK, run_after=1004.0,
+                run_started_at=1005.0, updated_at=1006.0, result=RESULT),
+        # The application postpones a pending job by an hour.
+        replace(postponed, run_after=4600.0, updated_at=1003.0),
+    ]  # fmt: skip
+    t.apply(1010.0, changed)
+    assert t.tallies.failures[("1", "error")] == 1
+    assert t.tallies.failures[("1", "lease_expired")] == 1
+    assert sum(t.tallies.dead.values()) == 0
+    assert sum(t.tallies.requeued.values()) == 0
+    assert t.tallies.completed["1"] == 2
+
+
 def test_labels_beyond_the_cap_fold_into_other() -> None:
     t = make_tracker(cap=2)
     t.baseline(1000.0, [], [])
