@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from exporter.counting.changefeed import ChangeFeed
 from exporter.counting.cycle import Collected, Cycle, Query, Row
 from exporter.counting.horizon import Horizon
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.model import (
+    PENDING,
+    RUNNING,
     ActiveStats,
     Figures,
     JobRow,
@@ -109,8 +110,10 @@ class TransitionCursor:
         feed = self.feed
         feed.plan(Horizon.of_timestamps(horizon))
         rows_before = feed.rows_read
-        now = _scalar((yield Query("now", self.sql["now"])) or ())
-        active_rows = yield Query("snapshot", self.sql["snapshot"], (options.stuck_threshold,))
+        snapshot_rows = (
+            yield Query("snapshot", self.sql["snapshot"], (options.stuck_threshold,))
+        ) or ()
+        now = float(snapshot_rows[0]["now"])
         dead_rows = (yield Query("dead", self.sql["dead"])) if recount_dead else None
         done_rows = (yield Query("done", self.sql["done"])) if options.done_count else None
         active: list[JobRow] = []
@@ -150,7 +153,7 @@ class TransitionCursor:
         tracker.dead_delta.clear()
         snapshot = Snapshot(
             taken_at=now,
-            active={r["job_type"]: _active_stats(r) for r in active_rows or ()},
+            active=_active_by_type(snapshot_rows),
             dead=dict(self._dead),
             done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
         )
@@ -165,10 +168,6 @@ class TransitionCursor:
             behind=not feed.caught_up,
             warnings=(HIDDEN_WARNING,) if hidden else (),
         )
-
-
-def _scalar(rows: Sequence[Row]) -> Any:
-    return next(iter(rows[0].values()))
 
 
 def _job_row(r: Row, *, result: str | None = None, figures: Figures | None = None) -> JobRow:
@@ -205,15 +204,30 @@ def _changed_row(r: Row) -> JobRow:
     return _job_row(r, figures=figures)
 
 
-def _active_stats(r: Row) -> ActiveStats:
+def _active_by_type(rows: Sequence[Row]) -> dict[JobType, ActiveStats]:
+    """The snapshot's rows (one per job type and active status) as each job type's figures."""
+    pending: dict[JobType, Row] = {}
+    running: dict[JobType, Row] = {}
+    for r in rows:
+        if r["kind"] == PENDING:
+            pending[r["job_type"]] = r
+        elif r["kind"] == RUNNING:
+            running[r["job_type"]] = r
+    return {
+        job_type: _active_stats(pending.get(job_type), running.get(job_type))
+        for job_type in [*pending, *(t for t in running if t not in pending)]
+    }
+
+
+def _active_stats(p: Row | None, r: Row | None) -> ActiveStats:
     return ActiveStats(
-        pending=r["pending"],
-        running=r["running"],
-        scheduled=r["scheduled"],
-        oldest_pending_age=max(0.0, r["oldest_pending_age"]),
-        oldest_ready_wait=max(0.0, r["oldest_ready_wait"]),
-        stuck_lease_expired=r["stuck_lease_expired"],
-        stuck_overrun=r["stuck_overrun"],
-        lease_expired_oldest=max(0.0, r["lease_expired_oldest"]),
-        running_oldest=max(0.0, r["running_oldest"]),
+        pending=p["jobs"] if p else 0,
+        running=r["jobs"] if r else 0,
+        scheduled=p["scheduled"] if p else 0,
+        oldest_pending_age=max(0.0, p["oldest_pending_age"]) if p else 0.0,
+        oldest_ready_wait=max(0.0, p["oldest_ready_wait"]) if p else 0.0,
+        stuck_lease_expired=r["stuck_lease_expired"] if r else 0,
+        stuck_overrun=r["stuck_overrun"] if r else 0,
+        lease_expired_oldest=max(0.0, r["lease_expired_oldest"]) if r else 0.0,
+        running_oldest=max(0.0, r["running_oldest"]) if r else 0.0,
     )

@@ -71,6 +71,7 @@ class Database:
                     timeout=opts.connect_timeout,
                     command_timeout=opts.statement_timeout + opts.connect_timeout,
                     max_inactive_connection_lifetime=300.0,
+                    reset=_end_session,
                     server_settings={
                         "application_name": APPLICATION_NAME,
                         "statement_timeout": str(int(opts.statement_timeout * 1000)),
@@ -133,6 +134,15 @@ class Database:
             await asyncio.wait_for(pool.close(), grace)
         except (TimeoutError, Exception):
             pool.terminate()
+
+
+async def _end_session(conn: Any) -> None:
+    # What asyncpg's default reset undoes (advisory locks, LISTEN, cursors, SET) never outlives
+    # a statement here: the sessions only read, in transactions they close, and the locks live
+    # on a session of their own (exporter/db/lock.py). Its four statements cost a round trip
+    # per cycle; a transaction left open is still rolled back.
+    if conn.is_in_transaction():
+        await conn.execute("ROLLBACK")
 
 
 def translate(exc: BaseException) -> DatabaseError:

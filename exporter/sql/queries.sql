@@ -8,33 +8,39 @@
 -- Every time is the database's (now() = the start of the collection's read-only transaction),
 -- returned as Unix seconds.
 
--- name: now
-SELECT extract(epoch FROM now())::float8;
-
 -- name: snapshot
 -- Active rows only, served by job_exporter_active_idx: cost does not grow with history.
+-- One row per job type and active status (kind: the reference's number, 1 pending, 2 running),
+-- each status a range of the index with only its own aggregates, plus always one row that
+-- carries the snapshot's now() (the cycle's clock: it used to cost a statement of its own);
+-- its kind is NULL when no job is active. The cut-offs are computed once, not per row.
 -- $1: stuck threshold in seconds.
-SELECT {job_type_out} AS job_type,
-       count(*) FILTER (WHERE {status} = {pending}) AS pending,
-       count(*) FILTER (WHERE {status} = {running}) AS running,
-       count(*) FILTER (WHERE {status} = {pending} AND {run_after} > now()) AS scheduled,
-       coalesce(extract(epoch FROM now() - min({created_at})
-                FILTER (WHERE {status} = {pending})), 0)::float8 AS oldest_pending_age,
-       coalesce(extract(epoch FROM now() - min({run_after})
-                FILTER (WHERE {status} = {pending} AND {run_after} <= now())), 0)::float8
-           AS oldest_ready_wait,
-       count(*) FILTER (WHERE {status} = {running} AND {lease_until} < now()) AS stuck_lease_expired,
-       count(*) FILTER (WHERE {status} = {running}
-                        AND ({lease_until} IS NULL OR {lease_until} >= now())
-                        AND {run_started_at} < now() - make_interval(secs => $1)) AS stuck_overrun,
-       coalesce(extract(epoch FROM now() - min({lease_until})
-                FILTER (WHERE {status} = {running} AND {lease_until} < now())), 0)::float8
-           AS lease_expired_oldest,
-       coalesce(extract(epoch FROM now() - min({run_started_at})
-                FILTER (WHERE {status} = {running})), 0)::float8 AS running_oldest
-FROM {table}
-WHERE {status} IN ({pending}, {running})
-GROUP BY 1;
+SELECT extract(epoch FROM c.now)::float8 AS now, s.*
+FROM (SELECT now() AS now, now() - make_interval(secs => $1) AS overrun_before) c
+LEFT JOIN LATERAL (
+    SELECT 1 AS kind, {job_type_out} AS job_type, count(*) AS jobs,
+           count(*) FILTER (WHERE {run_after} > c.now) AS scheduled,
+           coalesce(extract(epoch FROM c.now - min({created_at})), 0)::float8
+               AS oldest_pending_age,
+           coalesce(extract(epoch FROM c.now - min({run_after})
+                    FILTER (WHERE {run_after} <= c.now)), 0)::float8 AS oldest_ready_wait,
+           0::bigint AS stuck_lease_expired, 0::bigint AS stuck_overrun,
+           0::float8 AS lease_expired_oldest, 0::float8 AS running_oldest
+    FROM {table}
+    WHERE {status} = {pending}
+    GROUP BY 2
+    UNION ALL
+    SELECT 2, {job_type_out}, count(*), 0, 0, 0,
+           count(*) FILTER (WHERE {lease_until} < c.now),
+           count(*) FILTER (WHERE ({lease_until} IS NULL OR {lease_until} >= c.now)
+                            AND {run_started_at} < c.overrun_before),
+           coalesce(extract(epoch FROM c.now - min({lease_until})
+                    FILTER (WHERE {lease_until} < c.now)), 0)::float8,
+           coalesce(extract(epoch FROM c.now - min({run_started_at})), 0)::float8
+    FROM {table}
+    WHERE {status} = {running}
+    GROUP BY 2
+) s ON true;
 
 -- name: dead
 -- Served by the partial job_exporter_dead_idx (index-only).

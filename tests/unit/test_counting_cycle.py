@@ -13,7 +13,7 @@ from exporter.model import JobTypeLabels, Tallies
 from exporter.vocabulary import Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-NAMES = ("horizon", "now", "snapshot", "dead", "done", "active", "dead_ids", "changes_after",
+NAMES = ("horizon", "snapshot", "dead", "done", "active", "dead_ids", "changes_after",
          "existing")  # fmt: skip
 
 
@@ -31,6 +31,11 @@ def mode(max_rows: int = 10) -> TransitionCursor:
 def horizon(seconds: float) -> Row:
     at = T0 + timedelta(seconds=seconds)
     return {"now": at, "lower_bound": at, "hidden": 0, "prepared": 0}
+
+
+def quiet(now: float) -> list[Row]:
+    """The snapshot of a queue with no active job: one row, the clock only."""
+    return [{"now": now, "kind": None, "job_type": None, "jobs": None}]
 
 
 def changed(job: int, seconds: float) -> Row:
@@ -62,9 +67,9 @@ def test_the_baseline_reads_the_active_rows_and_counts_nothing() -> None:
     cursor = mode()
     asked, collected = run(
         cursor.cycle(horizon(100.0)),
-        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]], "dead_ids": [[]]},
+        {"snapshot": [quiet(100.0)], "dead": [[]], "active": [[]], "dead_ids": [[]]},
     )
-    assert [q.name for q in asked] == ["now", "snapshot", "dead", "active", "dead_ids"]
+    assert [q.name for q in asked] == ["snapshot", "dead", "active", "dead_ids"]
     assert isinstance(collected, Collected)
     assert collected.counting
     assert cursor.tallies.counters()["enqueued"] == {}
@@ -73,13 +78,13 @@ def test_the_baseline_reads_the_active_rows_and_counts_nothing() -> None:
 def test_changes_come_in_deferrable_chunks_and_an_unrun_chunk_leaves_the_cursor_behind() -> None:
     cursor = mode(max_rows=2)
     run(cursor.cycle(horizon(100.0)),
-        {"now": [[{"n": 100.0}]], "snapshot": [[]], "dead": [[]], "active": [[]],
+        {"snapshot": [quiet(100.0)], "dead": [[]], "active": [[]],
          "dead_ids": [[]]})  # fmt: skip
     # Three inserts below the next bound: a full chunk, then the runner's budget is spent.
     first = [changed(1, 100.5), changed(2, 101.0)]
     asked, collected = run(
         cursor.cycle(horizon(110.0)),
-        {"now": [[{"n": 110.0}]], "snapshot": [[]], "changes_after": [first, None]},
+        {"snapshot": [quiet(110.0)], "changes_after": [first, None]},
     )
     chunks = [q for q in asked if q.name == "changes_after"]
     assert [q.deferrable for q in chunks] == [True, True]
@@ -91,7 +96,34 @@ def test_changes_come_in_deferrable_chunks_and_an_unrun_chunk_leaves_the_cursor_
     # The next cycle goes on from there and catches up.
     asked, collected = run(
         cursor.cycle(horizon(111.0)),
-        {"now": [[{"n": 111.0}]], "snapshot": [[]], "changes_after": [[changed(3, 102.0)]]},
+        {"snapshot": [quiet(111.0)], "changes_after": [[changed(3, 102.0)]]},
     )
     assert not collected.behind
     assert cursor.tallies.enqueued == {"3": 3}
+
+
+def test_the_snapshot_rows_of_each_status_make_one_figure_per_job_type() -> None:
+    def part(kind: int, job_type: int, jobs: int, **figures: float) -> Row:
+        zero = dict.fromkeys(
+            ("scheduled", "oldest_pending_age", "oldest_ready_wait", "stuck_lease_expired",
+             "stuck_overrun", "lease_expired_oldest", "running_oldest"), 0,
+        )  # fmt: skip
+        return {"now": 100.0, "kind": kind, "job_type": job_type, "jobs": jobs, **zero, **figures}
+
+    rows = [
+        part(1, 3, 5, scheduled=2, oldest_pending_age=40.0, oldest_ready_wait=-0.5),
+        part(2, 3, 1, stuck_lease_expired=1, lease_expired_oldest=7.0, running_oldest=30.0),
+        part(2, 4, 2, stuck_overrun=1, running_oldest=900.0),
+    ]
+    cursor = mode()
+    _, collected = run(
+        cursor.cycle(horizon(100.0)),
+        {"snapshot": [rows], "dead": [[]], "active": [[]], "dead_ids": [[]]},
+    )
+    active = collected.snapshot.active
+    assert (active[3].pending, active[3].running, active[3].scheduled) == (5, 1, 2)
+    assert (active[3].oldest_pending_age, active[3].oldest_ready_wait) == (40.0, 0.0)
+    assert (active[3].stuck_lease_expired, active[3].lease_expired_oldest) == (1, 7.0)
+    assert (active[4].pending, active[4].running, active[4].stuck_overrun) == (0, 2, 1)
+    assert active[4].running_oldest == 900.0
+    assert collected.snapshot.taken_at == 100.0
