@@ -24,6 +24,7 @@ import asyncpg
 
 from exporter.profiles.base import Query
 from tests.system.presets.collect import CycleReader
+from tests.system.presets.processes import run_node
 
 ROWS = 1_000_000
 INDEX_DIR = Path(__file__).resolve().parents[3] / "exporter" / "profiles" / "sql"
@@ -109,6 +110,16 @@ class Measurement:
                 if node["Node Type"] == "Seq Scan" and table in self.big_tables:
                     found.append(f"{name}: {table}")
         return found
+
+    def report(self) -> str:
+        """The summary, then each statement's time and rows read, and the seq scans."""
+        lines = [self.summary()]
+        for query, plan in self.plans.items():
+            root = plan[0]
+            lines.append(f"  {query}: {root['Execution Time']:.2f} ms, "
+                         f"{rows_read(root['Plan'])} rows read")  # fmt: skip
+        lines.append(f"  seq scans on big tables: {self.seq_scans() or 'none'}")
+        return "\n".join(lines)
 
     def summary(self) -> str:
         """One line for docs/presets.md."""
@@ -265,13 +276,7 @@ async def _main() -> None:
                 continue
             dbname = f"explain_{name}_{uuid.uuid4().hex[:6]}"
             cluster.create_database(dbname)
-            result = await run(cluster.dsn(dbname))
-            print(result.summary())
-            for query, plan in result.plans.items():
-                root = plan[0]
-                print(f"  {query}: {root['Execution Time']:.2f} ms, "
-                      f"{rows_read(root['Plan'])} rows read")  # fmt: skip
-            print("  seq scans on big tables:", result.seq_scans() or "none")
+            print((await run(cluster.dsn(dbname))).report())
         del ProcrastinateReader, PgqueuerReader, PgbossReader
     finally:
         cluster.destroy()
@@ -300,7 +305,7 @@ async def measure_pgboss(dsn: str, harness: Any) -> Measurement:
     from exporter.profiles.pgboss import PgbossReader
 
     harness.install(dsn)
-    harness._node([str(harness.DRIVER), "queues", dsn], "the pg-boss queue script")
+    run_node([str(harness.DRIVER), "queues", dsn], "the pg-boss queue script")
     partitions = ("job", "job_common")
     conn = await asyncpg.connect(dsn)
     try:

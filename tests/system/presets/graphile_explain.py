@@ -19,7 +19,7 @@ import uuid
 
 import asyncpg
 
-from tests.system.presets.explain import ROWS, Measurement, explained_cycle, measure, rows_read
+from tests.system.presets.explain import ROWS, Measurement, explained_cycle, measure
 
 PROFILE = "graphile-worker"
 BIG_TABLES = ("_private_jobs",)
@@ -92,12 +92,7 @@ async def _main() -> None:
         dbname = f"explain_graphile_{uuid.uuid4().hex[:6]}"
         cluster.create_database(dbname)
         for result in await measure_graphile(cluster.dsn(dbname)):
-            print(result.summary())
-            for query, plan in result.plans.items():
-                root = plan[0]
-                print(f"  {query}: {root['Execution Time']:.2f} ms, "
-                      f"{rows_read(root['Plan'])} rows read")  # fmt: skip
-            print("  seq scans on big tables:", result.seq_scans() or "none")
+            print(result.report())
     finally:
         cluster.destroy()
 

@@ -12,11 +12,18 @@ from pathlib import Path
 import asyncpg
 
 from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import NODE, PRESETS_DIR, ROOT, Worker
+from tests.system.presets.processes import (
+    NODE,
+    NODE_ENV,
+    PRESETS_DIR,
+    ROOT,
+    Worker,
+    run_node,
+    shown_on_failure,
+)
 
 DRIVER = Path(__file__).with_name("graphile_driver.mjs")
 CLI = PRESETS_DIR / "node_modules" / "graphile-worker" / "dist" / "cli.js"
-NODE_ENV = {"PRESETS_NODE_MODULES": str(PRESETS_DIR / "node_modules")}
 INDEXES = ROOT / "exporter" / "profiles" / "sql" / "graphile_worker_indexes.sql"
 TRUTH_TABLE = (
     "CREATE TABLE gw_truth (task text NOT NULL, job_id bigint NOT NULL, attempt int NOT NULL, "
@@ -48,24 +55,14 @@ class GroundTruth:
 
 def install(dsn: str) -> None:
     """graphile-worker installs its schema itself; then the side table and the preset's indexes."""
-    _node([str(CLI), "--connection", dsn, "--schema-only"], "graphile-worker --schema-only")
+    run_node([str(CLI), "--connection", dsn, "--schema-only"], "graphile-worker --schema-only")
     _psql(dsn, "-c", TRUTH_TABLE)
     _psql(dsn, "-f", str(INDEXES))
 
 
 def history(dsn: str) -> None:
     """Jobs that ran (and died) before the exporter starts: the baseline must not count them."""
-    _node([str(DRIVER), "history", dsn], "the graphile-worker history script")
-
-
-def _node(args: list[str], what: str) -> str:
-    done = subprocess.run(
-        [str(NODE), *args], cwd=ROOT, capture_output=True, text=True, check=False,
-        env={"PATH": "/usr/bin:/bin", **NODE_ENV},
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise AssertionError(f"{what} failed ({done.returncode}): {done.stdout}\n{done.stderr}")
-    return done.stdout
+    run_node([str(DRIVER), "history", dsn], "the graphile-worker history script")
 
 
 def _psql(dsn: str, *args: str) -> None:
@@ -93,66 +90,76 @@ async def run_workload(
     conn = await asyncpg.connect(dsn)
     workers: list[Worker] = []
     try:
-        dead_before = await dead_ids(conn)
-        _node([str(DRIVER), "enqueue", dsn], "the graphile-worker enqueue script")
-        first = Worker([str(NODE), str(DRIVER), "work", dsn], NODE_ENV, "graphile-a")
-        workers.append(first)
+        with shown_on_failure(workers):
+            dead_before = await dead_ids(conn)
+            run_node([str(DRIVER), "enqueue", dsn], "the graphile-worker enqueue script")
+            first = Worker([str(NODE), str(DRIVER), "work", dsn], NODE_ENV, "graphile-a")
+            workers.append(first)
 
-        async def only_slow_left() -> bool:
-            busy = await conn.fetchval(
-                "SELECT count(*) FROM graphile_worker._private_jobs j "
-                "JOIN graphile_worker._private_tasks t ON t.id = j.task_id "
-                "WHERE t.identifier NOT IN ('parked', 'slow') AND j.attempts < j.max_attempts"
+            async def only_slow_left() -> bool:
+                where = "t.identifier NOT IN ('parked', 'slow') AND j.attempts < j.max_attempts"
+                return await _jobs(conn, where) == 0 and await _locked(conn) == 2
+
+            await _kill_when(first, only_slow_left, "every job but the parked and slow ones",
+                             before_kill, slow_running=2, within=60)  # fmt: skip
+            # graphile takes a job over once its lock is 4 h old; moving the lock back 5 h stands
+            # in for the wait. The second worker's resetLockedAt then frees both: the job on its
+            # last attempt dies, the other is retried and succeeds.
+            await conn.execute(
+                "UPDATE graphile_worker._private_jobs SET locked_at = locked_at - interval '5 hours' "
+                "WHERE locked_at IS NOT NULL"
             )
-            return busy == 0 and await _locked(conn) == 2
-
-        await wait_for(only_slow_left, "every job but the parked and slow ones", within=60)
-        if before_kill is not None:
-            await before_kill(2)
-        first.kill()
-        # graphile takes a job over once its lock is 4 h old; moving the lock back 5 h stands
-        # in for the wait. The second worker's resetLockedAt then frees both: the job on its
-        # last attempt dies, the other is retried and succeeds.
-        await conn.execute(
-            "UPDATE graphile_worker._private_jobs SET locked_at = locked_at - interval '5 hours' "
-            "WHERE locked_at IS NOT NULL"
-        )
-        second = Worker([str(NODE), str(DRIVER), "work", dsn, "takeover"], NODE_ENV, "graphile-b")
-        workers.append(second)
-
-        async def taken_over() -> bool:
-            slow = await conn.fetchval(
-                "SELECT count(*) FROM graphile_worker._private_jobs j "
-                "JOIN graphile_worker._private_tasks t ON t.id = j.task_id "
-                "WHERE t.identifier = 'slow'"
+            second = Worker(
+                [str(NODE), str(DRIVER), "work", dsn, "takeover"], NODE_ENV, "graphile-b"
             )
-            return slow == 1 and await _locked(conn) == 0
+            workers.append(second)
 
-        await wait_for(taken_over, "the second worker to take the slow jobs over", within=60)
-        _node([str(DRIVER), "slow", dsn], "the graphile-worker slow-job script")
+            async def taken_over() -> bool:
+                return await _jobs(conn, "t.identifier = 'slow'") == 1 and await _locked(conn) == 0
 
-        async def third_runs() -> bool:
-            return await _locked(conn) == 1
+            await wait_for(taken_over, "the second worker to take the slow jobs over", within=60)
+            run_node([str(DRIVER), "slow", dsn], "the graphile-worker slow-job script")
 
-        await wait_for(third_runs, "the second worker to start the third slow job", within=30)
-        if before_kill is not None:
-            await before_kill(1)
-        second.kill()
-        # What an operator does for a crashed worker instead of waiting 4 h: the job was on
-        # its last attempt, so it is dead where it stands, run_at untouched.
-        await conn.execute(
-            "SELECT graphile_worker.force_unlock_workers(array_agg(DISTINCT locked_by)) "
-            "FROM graphile_worker._private_jobs WHERE locked_by IS NOT NULL"
-        )
-        return await ground_truth(conn, dead_before)
-    except BaseException:
-        for worker in workers:
-            print(f"--- {worker.name}\n{worker.output()}")
-        raise
+            async def third_runs() -> bool:
+                return await _locked(conn) == 1
+
+            await _kill_when(second, third_runs, "the second worker to start the third slow job",
+                             before_kill, slow_running=1, within=30)  # fmt: skip
+            # What an operator does for a crashed worker instead of waiting 4 h: the job was on
+            # its last attempt, so it is dead where it stands, run_at untouched.
+            await conn.execute(
+                "SELECT graphile_worker.force_unlock_workers(array_agg(DISTINCT locked_by)) "
+                "FROM graphile_worker._private_jobs WHERE locked_by IS NOT NULL"
+            )
+            return await ground_truth(conn, dead_before)
     finally:
-        for worker in workers:
-            worker.close()
         await conn.close()
+
+
+async def _kill_when(
+    worker: Worker,
+    ready: Callable[[], Awaitable[bool]],
+    what: str,
+    before_kill: Callable[[int], Awaitable[None]] | None,
+    *,
+    slow_running: int,
+    within: float,
+) -> None:
+    """Wait until ``ready``, let ``before_kill`` look, then SIGKILL the worker."""
+    await wait_for(ready, what, within=within)
+    if before_kill is not None:
+        await before_kill(slow_running)
+    worker.kill()
+
+
+async def _jobs(conn: asyncpg.Connection, where: str) -> int:
+    """How many rows of _private_jobs (j, with its task t) match ``where``."""
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM graphile_worker._private_jobs j "
+            f"JOIN graphile_worker._private_tasks t ON t.id = j.task_id WHERE {where}"
+        )
+    )
 
 
 async def _locked(conn: asyncpg.Connection) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.system.presets.explain import ROWS, Measurement, measure, rows_read
+from tests.system.presets.explain import ROWS, Measurement, measure
 from tests.system.presets.oban_client import ObanClient
 
 WORKERS = "(ARRAY['app.Ok', 'app.Flaky', 'app.Bad', 'app.Mail', 'app.Report', 'app.Sync'])"
@@ -70,12 +70,7 @@ async def _main() -> None:
         dbname = f"explain_oban_{uuid.uuid4().hex[:6]}"
         cluster.create_database(dbname)
         result = await measure_oban(cluster.dsn(dbname))
-        print(f"{ROWS:,} rows; {result.summary()}")
-        for query, plan in result.plans.items():
-            root = plan[0]
-            print(f"  {query}: {root['Execution Time']:.2f} ms, "
-                  f"{rows_read(root['Plan'])} rows read")  # fmt: skip
-        print("  seq scans on big tables:", result.seq_scans() or "none")
+        print(f"{ROWS:,} rows; {result.report()}")
     finally:
         cluster.destroy()
 

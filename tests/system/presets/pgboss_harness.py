@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -16,11 +15,17 @@ import asyncpg
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.pgboss import attempts
 from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import NODE, PRESETS_DIR, ROOT, Worker, shown_on_failure
+from tests.system.presets.processes import (
+    NODE,
+    NODE_ENV,
+    PRESETS_DIR,
+    Worker,
+    run_node,
+    shown_on_failure,
+)
 
 DRIVER = Path(__file__).with_name("pgboss_driver.mjs")
 CLI = PRESETS_DIR / "node_modules" / "pg-boss" / "dist" / "cli.js"
-NODE_ENV = {"PRESETS_NODE_MODULES": str(PRESETS_DIR / "node_modules")}
 IDLE_QUEUES = ("parked", "bad_dlq")  # nobody works them: their jobs stay for the gauges
 
 
@@ -36,17 +41,7 @@ class GroundTruth:
 
 def install(dsn: str) -> None:
     """Let pg-boss create its schema with its own installer (pg-boss create)."""
-    _node([str(CLI), "create", "--connection-string", dsn], "pg-boss create")
-
-
-def _node(args: list[str], what: str) -> str:
-    done = subprocess.run(
-        [str(NODE), *args], cwd=ROOT, capture_output=True, text=True, check=False,
-        env={"PATH": "/usr/bin:/bin", **NODE_ENV},
-    )  # fmt: skip
-    if done.returncode != 0:
-        raise AssertionError(f"{what} failed ({done.returncode}): {done.stdout}\n{done.stderr}")
-    return done.stdout
+    run_node([str(CLI), "create", "--connection-string", dsn], "pg-boss create")
 
 
 def start_worker(dsn: str, markers: Path, name: str, *, supervise: bool) -> Worker:
@@ -70,7 +65,7 @@ async def run_workload(
     ``while_stuck(n)`` is awaited while n jobs of the killed worker are past their expiry by
     pg-boss's own test, before a new worker's supervisor fails and retries them.
     """
-    _node([str(DRIVER), "enqueue", dsn], "the pg-boss enqueue script")
+    run_node([str(DRIVER), "enqueue", dsn], "the pg-boss enqueue script")
     conn = await asyncpg.connect(dsn)
     markers = Path(tempfile.mkdtemp(prefix="pgboss-markers-"))
     workers: list[Worker] = []

@@ -26,6 +26,22 @@ INSTALL_HINT = {
 NODE_LIBRARIES = ("pg-boss", "graphile-worker")
 
 
+# The Node libraries find their modules here (their drivers import them by this path).
+NODE_ENV = {"PRESETS_NODE_MODULES": str(PRESETS_DIR / "node_modules")}
+
+
+def run_node(args: list[str], what: str) -> str:
+    """Run a Node script of .presets to its end; its output, or an AssertionError naming
+    ``what`` with everything it printed."""
+    done = subprocess.run(
+        [str(NODE), *args], cwd=ROOT, capture_output=True, text=True, check=False,
+        env={"PATH": "/usr/bin:/bin", **NODE_ENV},
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise AssertionError(f"{what} failed ({done.returncode}): {done.stdout}\n{done.stderr}")
+    return done.stdout
+
+
 def require(library: str) -> None:
     """Fail (never skip) when the library under test is not installed, saying how to install it."""
     if library in NODE_LIBRARIES:

@@ -11,7 +11,7 @@ from exporter.counting.eventlog import EventLogReader
 from exporter.profiles.pgqueuer import PgqueuerReader
 from exporter.profiles.procrastinate import ProcrastinateReader
 from tests.system.presets.collect import Poller
-from tests.system.presets.processes import require
+from tests.system.presets.processes import require, run_node
 
 Enqueue = Callable[[asyncpg.Connection, str], Awaitable[None]]
 
@@ -106,7 +106,7 @@ async def test_pgboss_late_insert_and_late_completion_are_counted_once(empty_dsn
     from tests.system.presets import pgboss_harness
 
     pgboss_harness.install(empty_dsn)
-    pgboss_harness._node([str(pgboss_harness.DRIVER), "queues", empty_dsn], "pg-boss queues")
+    run_node([str(pgboss_harness.DRIVER), "queues", empty_dsn], "pg-boss queues")
     reader = PgbossReader()
     poller = Poller(empty_dsn, reader, interval=0.2)
     late = await asyncpg.connect(empty_dsn)
