@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.db.pool import APPLICATION_NAME, ConnectOptions, DatabaseError, translate
+from exporter.db.pool import APPLICATION_NAME, ConnectOptions, DatabaseError, quote_table, translate
 from exporter.vocabulary import SCHEMA
 
 # 'JQEX': the first key of the two-int advisory lock, so ours never collides with locks the
@@ -67,7 +67,10 @@ class LockSession:
                     conn = await self._connection()
                     key = self._keys.get(table)
                     if key is None:
-                        oid = await conn.fetchval("SELECT to_regclass($1)::oid::int4", table)
+                        # Quoted as the queries quote it: "App.Tasks" is not app.tasks.
+                        oid = await conn.fetchval(
+                            "SELECT to_regclass($1)::oid::int4", quote_table(table)
+                        )
                         if oid is None:
                             # The session is fine: the other queues' locks stay held.
                             raise DatabaseError(SCHEMA, f"table {table} does not exist")

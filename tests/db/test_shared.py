@@ -94,3 +94,23 @@ async def test_leader_is_0_until_the_advisory_lock_is_really_held(
     assert collected[-1]["duration_seconds"] > 0
     taken = [fields for message, fields in records if message == "advisory lock taken"]
     assert [fields["queue"] for fields in taken] == ["here"]
+
+
+async def test_a_mixed_case_schema_qualified_table_is_elected_and_collected(db_dsn: str) -> None:
+    # The names are case-sensitive, as written in the configuration: the advisory lock is keyed
+    # on the table the quoted name resolves to, never on the case-folded app.tasks.
+    await execute(
+        db_dsn, 'CREATE SCHEMA "App"; CREATE TABLE "App"."Tasks" (LIKE job INCLUDING ALL)'
+    )
+    queue = fast_queue(db_dsn, name="tasks")
+    queue = replace(queue, database=replace(queue.database, table="App.Tasks"))
+    service = Service(Settings(queues=(queue,), web=WebSettings(listen_address=("127.0.0.1:0",))))
+    await service.start()
+    try:
+        (running,) = service.queues
+        await running.poller.wait_for_success(limit=30)
+        assert running.election is not None
+        assert running.election.holding
+        assert all(view.leader for view in service.board.views())
+    finally:
+        await service.stop()
