@@ -179,6 +179,11 @@ class Poller:
             ready = self.health.last_error or "no successful collection yet"
         return QueueStatus(view, ready, self.last_error, self.last_error_at)
 
+    def retune(self) -> None:
+        """Hand the counting mode the live settings of a reload (its counters are kept)."""
+        if self.profile.retune is not None:
+            self.profile.retune(self.settings, self.mode)
+
     def publish(self) -> None:
         """Hand the queue's current status to the board."""
         if self.board is not None:

@@ -159,6 +159,7 @@ class QueueRuntime:
             self.poller.labels.rename(collect.job_types, collect.max_job_types)
         )
         self.settings = self.poller.settings = settings
+        self.poller.retune()
         if change is Change.RECONNECT:
             previous, self.database = self.database, self._database(settings)
             self.poller.database = self.database

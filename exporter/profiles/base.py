@@ -104,6 +104,10 @@ class Profile:
         | None
     ) = None
 
+    # Hands a running mode the live settings it reads every cycle, after a reload that keeps
+    # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
+    retune: Callable[[QueueSettings, CountingMode], None] | None = None
+
     def indexes(self, settings: QueueSettings) -> tuple[str, ...]:
         """The indexes the queue's table needs (named after a mapped table)."""
         if self.index_names is None:

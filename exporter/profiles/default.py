@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from exporter.counting.cycle import CountingMode
 from exporter.counting.results import ResultPaths
@@ -60,6 +61,14 @@ async def _check_table(
         mode.sql = render_queries(settings.mapping, shape)
 
 
+def _retune(settings: QueueSettings, mode: CountingMode) -> None:
+    if isinstance(mode, TransitionCursor):
+        collect = settings.collect
+        mode.options = replace(
+            mode.options, stuck_threshold=collect.stuck_threshold, done_count=collect.done_count
+        )
+
+
 DEFAULT = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
@@ -70,4 +79,5 @@ DEFAULT = Profile(
     make_mode=_mode,
     index_names=lambda settings: index_names(settings.mapping),
     check_table=_check_table,
+    retune=_retune,
 )

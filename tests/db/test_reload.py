@@ -146,6 +146,34 @@ async def test_reload_renames_adds_and_removes_queues_and_keeps_the_counters_of_
     assert not [k for k in samples if ("queue", "orders") in k[1]]
 
 
+async def test_done_counting_and_the_stuck_threshold_change_live_with_the_counters_kept(
+    db_dsn: str, path: Path, started: Callable[..., Any]
+) -> None:
+    service: Service = await started(entry("orders", db_dsn, stuck_threshold="10m"))
+    orders = service.queue("orders")
+    await execute(
+        db_dsn,
+        "INSERT INTO job (job_type) VALUES (1);"
+        "INSERT INTO job (job_type, status, attempts, result) VALUES (1, 3, 1, '{}');"
+        "INSERT INTO job (job_type, status, attempts, worker_id, lease_until, run_started_at) "
+        "VALUES (1, 2, 1, 'w', now() + interval '1 hour', now() - interval '5 minutes')",
+    )
+    done = ("jobqueue_jobs", (("job_type", "1"), ("queue", "orders"), ("status", "done")))
+    overrun = (
+        "jobqueue_stuck_jobs",
+        (("job_type", "1"), ("queue", "orders"), ("reason", "overrun")),
+    )
+    before = await scrape_until(service, lambda s: enqueued("orders", "1")(s) == 3)
+    assert done not in before
+    assert before[overrun] == 0
+
+    write(path, entry("orders", db_dsn, stuck_threshold="1m", done_count=True))
+    assert (await request(service, "POST", "/-/reload"))[0] == 200
+    assert service.queue("orders") is orders
+    after = await scrape_until(service, lambda s: s.get(done) == 1 and s.get(overrun) == 1)
+    assert enqueued("orders", "1")(after) == 3  # counters kept
+
+
 async def test_a_changed_database_replaces_the_queue_and_restarts_its_counters(
     db_dsn: str, path: Path, started: Callable[..., Any]
 ) -> None:
