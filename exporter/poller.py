@@ -336,7 +336,7 @@ class Poller:
                 log.warning(
                     "more finished jobs held than collect.max_held_jobs while a long "
                     "transaction holds the horizon back; counting stays exact, memory grows "
-                    "(about 300 bytes a job) until it ends",
+                    "(about 360 bytes a job) until it ends",
                     extra={"fields": fields},
                 )
             else:

@@ -317,7 +317,7 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "gauge",
         (QUEUE,),
         "Finished jobs (part of tracked_jobs) kept until the change cursor passes them: grows by "
-        "one per job finished while a long transaction holds the horizon back, about 300 bytes "
+        "one per job finished while a long transaction holds the horizon back, about 360 bytes "
         "each; falls when it ends.",
         "tracker",
     ),

@@ -161,7 +161,7 @@ class CollectSettings:
     )  # fmt: skip
     max_held_jobs: int = setting(
         Kind.INTEGER, 1_000_000, "Finished jobs the change cursor may keep while a long "
-        "transaction holds the horizon back (about 300 bytes each) before it says so with "
+        "transaction holds the horizon back (about 360 bytes each) before it says so with "
         "jobqueue_exporter_held_cap_exceeded and a warning; counting stays exact past it.",
         check=at_least_one,
     )  # fmt: skip
