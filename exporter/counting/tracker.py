@@ -250,12 +250,7 @@ class Tracker:
 
     def _count_since(self, previous: Seen, row: JobRow, label: str) -> None:
         """Count attempts that ended between ``previous`` and ``row`` (no requeue in between)."""
-        ended = (
-            row.attempts
-            - previous.attempts
-            + (1 if previous.status == RUNNING else 0)
-            - (1 if row.status == RUNNING else 0)
-        )
+        ended = _attempts_ended(previous, row)
         completed = 1 if row.status == DONE else 0
         failures = max(0, ended - completed)
         if failures:
@@ -354,10 +349,15 @@ def _run_after_reset_without_failure(known: Seen, row: JobRow) -> bool:
         return False
     if row.run_started_at is not None and row.run_after > row.run_started_at:
         return False
-    ended = (
+    return _attempts_ended(known, row) == (1 if row.status == DONE else 0)
+
+
+def _attempts_ended(previous: Seen, row: JobRow) -> int:
+    """Attempts that ended between ``previous`` and ``row``, if no requeue came between: the
+    attempts started since, plus the one running then, minus the one running now."""
+    return (
         row.attempts
-        - known.attempts
-        + (1 if known.status == RUNNING else 0)
+        - previous.attempts
+        + (1 if previous.status == RUNNING else 0)
         - (1 if row.status == RUNNING else 0)
     )
-    return ended == (1 if row.status == DONE else 0)
