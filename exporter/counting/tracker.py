@@ -324,6 +324,8 @@ class Tracker:
 
 
 def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:
+    if _released_meanwhile(known, row):
+        return False
     if row.attempts < known.attempts:
         return True
     if (
@@ -334,6 +336,18 @@ def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:
     ):
         return True
     return _run_after_reset_without_failure(known, row)
+
+
+def _released_meanwhile(known: Seen, row: JobRow) -> bool:
+    # A requeue always sets run_after = now(), later than the last change read. A worker that
+    # hands its job back (a graceful-shutdown release: RUNNING -> PENDING with attempts - 1)
+    # leaves run_after alone. So attempts that went down, or a new start at the same count,
+    # while run_after stayed where the last read saw it, are a release (perhaps claimed again):
+    # no attempt failed, nothing died, nothing was requeued. Without run_after (a mapped table
+    # that has none) a release cannot be told from a requeue: docs/exactness.md.
+    if row.run_after is None or known.run_after is None:
+        return False
+    return row.run_after == known.run_after or row.run_after <= known.updated_at
 
 
 def _run_after_reset_without_failure(known: Seen, row: JobRow) -> bool:

@@ -293,3 +293,52 @@ async def test_finished_jobs_held_past_the_cap_are_flagged_once_and_still_counte
         assert [level for level, _ in held_lines(caplog)] == [logging.WARNING, logging.INFO]
         assert poller.tallies.completed["4"] == 9
         await assert_dead_gauge_matches_table(poller, db_dsn)
+
+
+# A graceful-shutdown release, as home-grown queues write it (the reference SQL has none): the
+# job goes back to PENDING with the attempt it had not finished given back; run_after stays.
+RELEASE = """
+UPDATE job SET status = 1, attempts = attempts - 1, lease_until = NULL, worker_id = NULL,
+               run_started_at = NULL, updated_at = now()
+WHERE job_id = $1 AND status = 2
+RETURNING updated_at
+"""
+
+
+async def test_jobs_released_with_attempts_lowered_are_no_failure_death_or_requeue(
+    db_dsn: str,
+) -> None:
+    truth = Tally()
+    async with exporter_and_queue(db_dsn) as (poller, queue):
+        assert await poller.collect_once()
+        claims = []
+        for _ in range(6):
+            job = await queue.enqueue(3, max_attempts=1)
+            assert job is not None
+            truth.record(job)
+            claimed = await queue.claim("w", 60.0, job_id=job.job_id)
+            assert claimed is not None
+            truth.record(claimed)
+            claims.append(claimed)
+        await collect_past(poller, claims[-1].updated_at)
+        # Between two reads, each job read RUNNING with its one attempt is handed back. Two
+        # stay pending, two are claimed again, two are claimed again and completed: with one
+        # attempt each, a release taken for a hidden requeue would count deaths.
+        last = claims[-1].updated_at
+        for i, claimed in enumerate(claims):
+            last = await queue.conn.fetchval(RELEASE, claimed.job_id)
+            if i >= 2:
+                again = await queue.claim("w", 60.0, job_id=claimed.job_id)
+                assert again is not None
+                truth.record(again)
+                last = again.updated_at
+            if i >= 4:
+                done = await queue.complete(claimed.job_id, "w", RESULT)
+                assert done is not None
+                truth.record(done)
+                last = done.updated_at
+        await collect_past(poller, last)
+        assert (truth.failures, truth.dead, truth.requeued) == ({}, {}, {})
+        assert_exact(poller, truth)
+        await assert_dead_gauge_matches_table(poller, db_dsn)
+        assert value(scrape(poller), "jobqueue_jobs_completed_total", job_type="3") == 2

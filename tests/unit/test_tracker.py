@@ -138,11 +138,34 @@ def test_attempts_going_down_reveal_death_and_requeue_between_cycles() -> None:
               updated_at=990.0)  # fmt: skip
     t.baseline(1000.0, [job], [])
     # Attempt 2 fails, attempt 3 fails -> DEAD, requeued (attempts 0), claimed: attempts 1.
-    again = replace(job, attempts=1, run_started_at=1009.0, updated_at=1009.0, last_error=None)
+    again = replace(job, attempts=1, run_after=1008.0, run_started_at=1009.0, updated_at=1009.0,
+                    last_error=None)  # fmt: skip
     t.apply(1010.0, [again])
     assert t.tallies.failures[("1", "error")] == 2
     assert t.tallies.dead[("1", "error")] == 1
     assert t.tallies.requeued["1"] == 1
+
+
+def test_a_release_with_attempts_lowered_is_no_failure_death_or_requeue() -> None:
+    t = make_tracker()
+    claimed = {"status": RUNNING, "attempts": 1, "run_started_at": 1001.0, "updated_at": 1001.0}
+    jobs = [row(job_id, created_at=1000.5, run_after=1000.5, **claimed) for job_id in "abc"]
+    t.baseline(1000.0, [], [])
+    t.apply(1002.0, jobs)
+    a, b, c = jobs
+    # A worker shutting down hands its jobs back: PENDING, attempts - 1, run_after untouched.
+    # b is then claimed again by another worker, c claimed again and completed.
+    released = [
+        replace(a, status=PENDING, attempts=0, run_started_at=None, updated_at=1005.0),
+        replace(b, run_started_at=1006.0, updated_at=1006.0),
+        replace(c, status=DONE, run_started_at=1006.0, updated_at=1007.0, result=RESULT),
+    ]
+    t.apply(1010.0, released)
+    assert sum(t.tallies.failures.values()) == 0
+    assert sum(t.tallies.dead.values()) == 0
+    assert sum(t.tallies.requeued.values()) == 0
+    assert t.tallies.completed["1"] == 1
+    assert t.dead_delta["1"] == 0
 
 
 def seen_pending(t: Tracker, **kw: object) -> JobRow:
