@@ -343,11 +343,12 @@ def _released_meanwhile(known: Seen, row: JobRow) -> bool:
     # hands its job back (a graceful-shutdown release: RUNNING -> PENDING with attempts - 1)
     # leaves run_after alone. So attempts that went down, or a new start at the same count,
     # while run_after stayed where the last read saw it, are a release (perhaps claimed again):
-    # no attempt failed, nothing died, nothing was requeued. Without run_after (a mapped table
-    # that has none) a release cannot be told from a requeue: docs/exactness.md.
+    # no attempt failed, nothing died, nothing was requeued. Equality, not "no later than the
+    # last read": a requeue whose transaction began before that read stamps an older now().
+    # Without run_after (a mapped table that has none) a release reads as a requeue.
     if row.run_after is None or known.run_after is None:
         return False
-    return row.run_after == known.run_after or row.run_after <= known.updated_at
+    return row.run_after == known.run_after
 
 
 def _run_after_reset_without_failure(known: Seen, row: JobRow) -> bool:
