@@ -108,7 +108,7 @@ async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, An
             for name, mode in modes.items():
                 sql = mode.sql
                 since = await conn.fetchval("SELECT now() - interval '1 second'")
-                paths = [list(p) for p in ResultPaths().as_tuple()]
+                paths = ResultPaths().query_args()
                 out[name]["explain_ms"] = {
                     "snapshot": (await explain(conn, sql["snapshot"], 600.0)).ms,
                     "dead": (await explain(conn, sql["dead"])).ms,

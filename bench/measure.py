@@ -138,7 +138,7 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     recounts: list[float] = []
     # The poller's cycle: the horizon, then the changes past the cursor in chunks, the dead
     # letter recounted every DEAD_RECOUNT_EVERY cycles.
-    paths = ResultPaths().as_tuple()
+    paths = ResultPaths().query_args()
     options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=5000)
     labels = JobTypeLabels({}, 50)
     bounds = (1.0,)
@@ -166,7 +166,7 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
                 NIL,
                 FOREVER,
                 5000,
-                *[list(x) for x in paths],
+                *paths,
             ),
         }
         changed = await conn.fetchval(

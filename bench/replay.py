@@ -44,7 +44,7 @@ def baseline_sql(revision: str) -> str:
 
 async def walk(conn: asyncpg.Connection, sql: str, since: object, until: object) -> int:
     """The exporter's chunk walk over the window; returns the rows read."""
-    paths = [list(p) for p in ResultPaths().as_tuple()]
+    paths = ResultPaths().query_args()
     cursor: tuple[object, str] = (since, NIL)
     read = 0
     async with conn.transaction(isolation="repeatable_read", readonly=True):

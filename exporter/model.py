@@ -17,7 +17,13 @@ from exporter.labels import JobType as JobType
 from exporter.labels import JobTypeLabels as JobTypeLabels
 from exporter.labels import PresetJobTypes as PresetJobTypes
 from exporter.labels import job_type_label as job_type_label
-from exporter.vocabulary import FAILURE_REASONS, STUCK_REASONS, Status
+from exporter.vocabulary import (
+    COST_COMPONENTS,
+    FAILURE_REASONS,
+    MALFORMED_FIELDS,
+    STUCK_REASONS,
+    Status,
+)
 
 PENDING, RUNNING, DONE, DEAD = Status.PENDING, Status.RUNNING, Status.DONE, Status.DEAD
 _K = TypeVar("_K")
@@ -54,6 +60,7 @@ class JobRow:
     updated_at: float
     wait_seconds: float | None = None  # run_started_at - run_after, exact to the microsecond
     latency_seconds: float | None = None  # updated_at - created_at, likewise
+    run_seconds: float | None = None  # updated_at - run_started_at of a DONE row, likewise
     figures: Figures | None = None  # numbers pulled out of result in SQL (then result is None)
 
 
@@ -258,6 +265,10 @@ class Coverage:
     # The default schema has no cancel: its cancellations series would be a zero that means
     # nothing, so only the presets whose library cancels export it.
     withheld: frozenset[str] = frozenset({"cancelled"})
+    # What result is read for (collect.*_path): a figure not read has no cost component and
+    # no malformed series.
+    cost_components: tuple[str, ...] = COST_COMPONENTS
+    malformed_fields: tuple[str, ...] = MALFORMED_FIELDS
 
 
 @dataclass(frozen=True)

@@ -155,7 +155,7 @@ class Poller:
             collection_timeout=collect.timeout,
             tracked=self.mode.tracked,
             held=self._held(),
-            coverage=self.profile.coverage,
+            coverage=self.profile.coverage_for(self.settings),
             fresh_until=self._fresh_until(),
         )
 

@@ -1,7 +1,11 @@
 """Decode the ``result`` jsonb of a completed job into duration and cost, and classify errors.
 
-Rows come from users' workers: anything may be in them. A field that is missing, not a
-number, negative or not finite is reported as malformed and skipped; nothing here raises.
+Rows come from users' workers: anything may be in them. A figure is absent when its path is
+none, when the path leads nowhere (a key missing, a value on the way that is not an object) or
+to a JSON null, and when ``result`` itself is NULL: nothing is counted for it, and it is not
+malformed. It is malformed when a value is there but is not a finite, non-negative number; a
+``result`` that is a string, number, array or boolean (a document encoded twice looks so) is
+malformed as a whole. Malformed fields are named and skipped; nothing here raises.
 """
 
 from __future__ import annotations
@@ -9,23 +13,47 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from enum import Enum
 
 from exporter.model import Figures
 from exporter.vocabulary import COST_AI, COST_OTHER, COST_PROXY, DEADLINE, ERROR
 
+JsonPath = tuple[str, ...] | None  # None: the figure is not read at all
+
 
 @dataclass(frozen=True)
 class ResultPaths:
-    """Where in ``result`` each figure lives (configurable, defaults are the queue's)."""
+    """Where in ``result`` each figure lives (configurable, defaults are the queue's); None
+    for a figure the queue does not store."""
 
-    duration_ms: tuple[str, ...] = ("metrics", "duration_ms")
-    ai_usd: tuple[str, ...] = ("metrics", "cost", "ai_usd")
-    proxy_usd: tuple[str, ...] = ("metrics", "cost", "proxy_usd")
-    total_usd: tuple[str, ...] = ("metrics", "cost", "total_usd")
+    duration_ms: JsonPath = ("metrics", "duration_ms")
+    ai_usd: JsonPath = ("metrics", "cost", "ai_usd")
+    proxy_usd: JsonPath = ("metrics", "cost", "proxy_usd")
+    total_usd: JsonPath = ("metrics", "cost", "total_usd")
 
-    def as_tuple(self) -> tuple[tuple[str, ...], ...]:
+    def as_tuple(self) -> tuple[JsonPath, ...]:
         """The four paths in the order the change query takes them."""
         return (self.duration_ms, self.ai_usd, self.proxy_usd, self.total_usd)
+
+    def query_args(self) -> list[list[str] | None]:
+        """The paths as the change query's $5-$8; a path that is none goes as NULL, and
+        (result #> NULL) is NULL: the figure is absent."""
+        return [None if path is None else list(path) for path in self.as_tuple()]
+
+    @property
+    def reads_result(self) -> bool:
+        """True when any figure is read out of ``result``."""
+        return any(path is not None for path in self.as_tuple())
+
+    def cost_components(self) -> tuple[str, ...]:
+        """The jobqueue_cost_usd components these paths can fill (other comes from the total)."""
+        sources = (COST_AI, self.ai_usd), (COST_PROXY, self.proxy_usd), (COST_OTHER, self.total_usd)
+        return tuple(component for component, path in sources if path is not None)
+
+    def malformed_fields(self) -> tuple[str, ...]:
+        """The fields that can be malformed: each one read, and ``result`` when any is."""
+        read = tuple(name for name in FIELDS if getattr(self, name) is not None)
+        return ("result", *read) if read else ()
 
 
 @dataclass(frozen=True)
@@ -37,56 +65,82 @@ class Outcome:
     malformed: tuple[str, ...]
 
 
+class Missing(Enum):
+    """Why a figure has no value: not there at all, or there but not a usable number."""
+
+    ABSENT = "absent"
+    MALFORMED = "malformed"
+
+
 FIELDS = ("duration_ms", "ai_usd", "proxy_usd", "total_usd")
+REFERENCE_PATHS = ResultPaths()
+_NOTHING = Outcome(None, {}, ())
 
 
 def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
     """Read duration and cost out of a result document; never raises."""
+    if text is None:
+        return _NOTHING
     try:
-        document = json.loads(text) if text is not None else None
+        document = json.loads(text)
     except (ValueError, RecursionError):
-        document = None
+        return _not_an_object(paths)
+    if document is None:
+        return _NOTHING
     if not isinstance(document, dict):
-        return Outcome(None, {}, ("result",))
+        return _not_an_object(paths)
     return _outcome({name: _number_at(document, getattr(paths, name)) for name in FIELDS})
 
 
-def decode_figures(figures: Figures) -> Outcome:
+def decode_figures(figures: Figures, paths: ResultPaths = REFERENCE_PATHS) -> Outcome:
     """The same as decode_result, from the values SQL already pulled out; never raises."""
+    if figures.kind is None or figures.kind == "null":
+        return _NOTHING
     if figures.kind != "object":
-        return Outcome(None, {}, ("result",))
-    return _outcome({name: _number_of(getattr(figures, name)) for name in FIELDS})
+        return _not_an_object(paths)
+    found: dict[str, float | Missing] = {}
+    for name in FIELDS:
+        read = getattr(paths, name) is not None
+        found[name] = _number_of(getattr(figures, name)) if read else Missing.ABSENT
+    return _outcome(found)
+
+
+def _not_an_object(paths: ResultPaths) -> Outcome:
+    return Outcome(None, {}, ("result",) if paths.reads_result else ())
 
 
 # How jsonb prints a number: an optional minus, then a digit. A string arrives with its quotes,
-# true, false, null, arrays and objects as themselves, so none of them counts, "0.5" included.
+# true, false, arrays and objects as themselves, so none of them counts, "0.5" included.
 _NUMBER_START = frozenset("-0123456789")
 
 
-def _number_of(text: str | None) -> float | None:
+def _number_of(text: str | None) -> float | Missing:
+    # NULL: the path leads nowhere; "null": a JSON null stands there. Neither is a value.
+    if text is None or text == "null":
+        return Missing.ABSENT
     if not text or text[0] not in _NUMBER_START:
-        return None
+        return Missing.MALFORMED
     try:
         value = float(text)  # JSON number text: 1e400 becomes inf, rejected below
     except ValueError:
-        return None
+        return Missing.MALFORMED
     if value >= 2**53 and not any(c in text for c in ".eE"):
         # An integer beyond float precision, rejected as decode_result does. (jsonb prints
         # 1e300 as 301 digits, so such a float is rejected too: no cost or duration is that big.)
-        return None
+        return Missing.MALFORMED
     if not math.isfinite(value) or value < 0:
-        return None
+        return Missing.MALFORMED
     return value
 
 
-def _outcome(found: dict[str, float | None]) -> Outcome:
+def _outcome(found: dict[str, float | Missing]) -> Outcome:
     malformed: list[str] = []
     values: dict[str, float] = {}
     for name in FIELDS:
         value = found[name]
-        if value is None:
+        if value is Missing.MALFORMED:
             malformed.append(name)
-        else:
+        elif not isinstance(value, Missing):
             values[name] = value
     cost: dict[str, float] = {}
     if "ai_usd" in values:
@@ -94,7 +148,8 @@ def _outcome(found: dict[str, float | None]) -> Outcome:
     if "proxy_usd" in values:
         cost[COST_PROXY] = values["proxy_usd"]
     if "total_usd" in values:
-        # A malformed component counts as 0 here, so sum() over components still gives the total.
+        # A component that is malformed, absent or not read counts as 0 here, so sum() over
+        # components still gives the total.
         other = values["total_usd"] - cost.get(COST_AI, 0.0) - cost.get(COST_PROXY, 0.0)
         if other > 0:
             cost[COST_OTHER] = other
@@ -102,18 +157,22 @@ def _outcome(found: dict[str, float | None]) -> Outcome:
     return Outcome(duration, cost, tuple(malformed))
 
 
-def _number_at(document: dict[str, object], path: tuple[str, ...]) -> float | None:
+def _number_at(document: dict[str, object], path: JsonPath) -> float | Missing:
+    if path is None:
+        return Missing.ABSENT
     node: object = document
     for key in path:
         if not isinstance(node, dict) or key not in node:
-            return None
+            return Missing.ABSENT
         node = node[key]
+    if node is None:
+        return Missing.ABSENT
     # bool is an int in Python, but true is not a cost.
     if isinstance(node, bool) or not isinstance(node, int | float):
-        return None
+        return Missing.MALFORMED
     value = float(node) if not isinstance(node, int) or abs(node) < 2**53 else math.inf
     if not math.isfinite(value) or value < 0:
-        return None
+        return Missing.MALFORMED
     return value
 
 

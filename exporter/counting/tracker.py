@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from exporter.counting.deadids import DeadIds
 from exporter.counting.results import (
+    Outcome,
     ResultPaths,
     classify,
     decode_figures,
@@ -292,7 +293,7 @@ class Tracker:
         tallies = self.tallies
         tallies.completed[label] += 1
         if row.figures is not None:
-            outcome = decode_figures(row.figures)
+            outcome = decode_figures(row.figures, self.options.paths)
         else:
             outcome = decode_result(row.result, self.options.paths)
         for field_name in outcome.malformed:
@@ -307,7 +308,7 @@ class Tracker:
         if latency is None:
             latency = row.updated_at - row.created_at
         tallies.observe(
-            label, outcome.duration_seconds, wait=max(0.0, wait), latency=max(0.0, latency)
+            label, _duration(row, outcome), wait=max(0.0, wait), latency=max(0.0, latency)
         )
 
     def _forget_settled(self) -> None:
@@ -321,6 +322,18 @@ class Tracker:
                 self.dead_ids.add(job_id)
         self._finished.difference_update(settled)
         self._held = len(self._finished)
+
+
+def _duration(row: JobRow, outcome: Outcome) -> float | None:
+    # The worker's own figure when result holds one; else the row's: a DONE row's updated_at
+    # is the now() of its completion, and run_started_at the start of the attempt that ended.
+    if outcome.duration_seconds is not None:
+        return outcome.duration_seconds
+    if row.run_seconds is not None:
+        return max(0.0, row.run_seconds)
+    if row.run_started_at is not None:
+        return max(0.0, row.updated_at - row.run_started_at)
+    return None
 
 
 def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:

@@ -123,7 +123,7 @@ class TransitionCursor:
             # In the same snapshot: an unknown row is later a requeue only if it was dead here.
             dead_ids = [r["job_id"] for r in (yield Query("dead_ids", self.sql["dead_ids"])) or ()]
         else:
-            paths = [list(p) for p in options.tracker.paths.as_tuple()]
+            paths = options.tracker.paths.query_args()
             while (bounds := feed.chunk()) is not None:
                 query = Query("changes_after", self.sql["changes_after"], (*bounds, *paths), True)
                 rows = yield query
@@ -170,7 +170,13 @@ class TransitionCursor:
         )
 
 
-def _job_row(r: Row, *, result: str | None = None, figures: Figures | None = None) -> JobRow:
+def _job_row(
+    r: Row,
+    *,
+    result: str | None = None,
+    figures: Figures | None = None,
+    run_seconds: float | None = None,
+) -> JobRow:
     return JobRow(
         job_id=r["job_id"],
         job_type=r["job_type"],
@@ -186,6 +192,7 @@ def _job_row(r: Row, *, result: str | None = None, figures: Figures | None = Non
         wait_seconds=r["wait_seconds"],
         latency_seconds=r["latency_seconds"],
         figures=figures,
+        run_seconds=run_seconds,
     )
 
 
@@ -201,7 +208,7 @@ def _changed_row(r: Row) -> JobRow:
     figures = Figures(
         r["result_kind"], r["duration_ms"], r["ai_usd"], r["proxy_usd"], r["total_usd"]
     )
-    return _job_row(r, figures=figures)
+    return _job_row(r, figures=figures, run_seconds=r["run_seconds"])
 
 
 def _active_by_type(rows: Sequence[Row]) -> dict[JobType, ActiveStats]:

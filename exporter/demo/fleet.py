@@ -25,6 +25,8 @@ from exporter.demo.tally import Tally, cost_components, failure_reason, result_f
 
 log = logging.getLogger(__name__)
 
+# Results the exporter must not take at face value; missing_cost is absent, not malformed (a
+# worker that priced nothing), and its run time then comes from the row.
 MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
 
 

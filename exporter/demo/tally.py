@@ -49,9 +49,12 @@ def _number(value: Any) -> float | None:
 def result_fields(result: Any) -> tuple[dict[str, float], set[str]]:
     """Split a result jsonb into usable fields and malformed ones, the way the exporter reads it.
 
-    Usable keys: duration_ms, ai_usd, proxy_usd, total_usd. A result that is not an object
-    is malformed as a whole (field ``result``) and yields nothing else.
+    Usable keys: duration_ms, ai_usd, proxy_usd, total_usd. A missing key or a JSON null is
+    absent (neither usable nor malformed), and so is a NULL result; a result that is not an
+    object is malformed as a whole (field ``result``) and yields nothing else.
     """
+    if result is None:
+        return {}, set()
     if not isinstance(result, dict):
         return {}, {"result"}
     metrics = result.get("metrics")
@@ -63,6 +66,8 @@ def result_fields(result: Any) -> tuple[dict[str, float], set[str]]:
     good: dict[str, float] = {}
     bad: set[str] = set()
     for name, value in raw.items():
+        if value is None:
+            continue
         number = _number(value)
         if number is None:
             bad.add(name)
@@ -146,6 +151,10 @@ class Tally:
                 return
             if "duration_ms" in good:
                 self.duration_seconds[jt].append(good["duration_ms"] / 1000)
+            elif t.run_started_at is not None:
+                # Without a usable duration_ms the exporter takes the row's run time.
+                ran = (t.updated_at - t.run_started_at).total_seconds()
+                self.duration_seconds[jt].append(max(0.0, ran))
             if t.run_started_at is not None:
                 self.wait_seconds[jt].append((t.run_started_at - t.run_after).total_seconds())
             self.latency_seconds[jt].append((t.updated_at - t.created_at).total_seconds())

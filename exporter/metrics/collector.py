@@ -22,9 +22,7 @@ from exporter.metrics.definitions import BY_NAME
 from exporter.model import ActiveStats, ConfigStatus, Histogram, QueueView
 from exporter.vocabulary import (
     COLLECTION_ERROR_REASONS,
-    COST_COMPONENTS,
     LEASE_EXPIRED,
-    MALFORMED_FIELDS,
     OVERRUN,
     Status,
 )
@@ -184,7 +182,7 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
     if "cost" not in withheld:
         cost = _counter("jobqueue_cost_usd")
         for label in view.labels:
-            for component in COST_COMPONENTS:
+            for component in view.coverage.cost_components:
                 cost.add_metric([q, label, component], tallies.cost.get((label, component), 0.0))
         yield cost
     for name, field, table, bounds in (
@@ -201,7 +199,7 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
         yield histograms
     if "malformed" not in withheld:
         malformed = _counter("jobqueue_exporter_malformed_rows")
-        for field_name in MALFORMED_FIELDS:
+        for field_name in view.coverage.malformed_fields:
             malformed.add_metric([q, field_name], tallies.malformed[field_name])
         yield malformed
     if "vanished" not in withheld:

@@ -169,7 +169,8 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_cost_usd",
         "counter",
         (QUEUE, "job_type", "component"),
-        "Cost in USD of jobs completed since the exporter started, from result jsonb; "
+        "Cost in USD of jobs completed since the exporter started, from result jsonb at the "
+        "collect.cost_*_path settings (a component whose path is null is not exported); "
         f"component other = total - ai - proxy when positive, so sum() is the total. {_EVERY}",
         "changes query",
     ),
@@ -180,7 +181,8 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
             QUEUE,
             "job_type",
         ),
-        f"Run time of completed jobs, from result.metrics.duration_ms. {_EVERY}",
+        "Run time of completed jobs: the number at collect.duration_path in result (ms), else "
+        f"the row's updated_at - run_started_at. {_EVERY}",
         "changes query",
     ),
     _d(
@@ -290,8 +292,9 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
             QUEUE,
             "field",
         ),
-        "Completed rows whose result field was missing, not a number, negative or not finite "
-        "(field=result: result is not a JSON object); the field was skipped.",
+        "Completed rows whose result field was present but not a number, negative or not "
+        "finite (field=result: result is a string, number, array or boolean); the field was "
+        "skipped. A missing key, a JSON null or a NULL result is absent, not malformed.",
         "changes query",
     ),
     _d(

@@ -108,6 +108,16 @@ class Profile:
     # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
     retune: Callable[[QueueSettings, CountingMode], None] | None = None
 
+    # The series a queue's own settings leave out (the default profile's result paths);
+    # None: ``coverage`` whatever the settings.
+    settings_coverage: Callable[[QueueSettings], Coverage] | None = None
+
+    def coverage_for(self, settings: QueueSettings) -> Coverage:
+        """The series this queue fills: the profile's, less what its settings leave out."""
+        if self.settings_coverage is None:
+            return self.coverage
+        return self.settings_coverage(settings)
+
     def indexes(self, settings: QueueSettings) -> tuple[str, ...]:
         """The indexes the queue's table needs (named after a mapped table)."""
         if self.index_names is None:

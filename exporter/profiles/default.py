@@ -19,6 +19,33 @@ from exporter.settings.table import TableMapping
 from exporter.vocabulary import DEFAULT_PROFILE, INDEX_FILE, REQUIRED_INDEXES
 
 
+def _paths(settings: QueueSettings) -> ResultPaths:
+    collect = settings.collect
+    return ResultPaths(
+        collect.duration_path,
+        collect.cost_ai_path,
+        collect.cost_proxy_path,
+        collect.cost_total_path,
+    )
+
+
+def _coverage(settings: QueueSettings) -> Coverage:
+    """Every series, less the cost components and malformed fields of paths that are none."""
+    paths = _paths(settings)
+    base = Coverage()
+    withheld = set(base.withheld)
+    if not paths.cost_components():
+        withheld.add("cost")
+    if not paths.malformed_fields():
+        withheld.add("malformed")
+    return replace(
+        base,
+        withheld=frozenset(withheld),
+        cost_components=paths.cost_components(),
+        malformed_fields=paths.malformed_fields(),
+    )
+
+
 def _labels(settings: QueueSettings) -> JobTypeLabels:
     collect = settings.collect
     return JobTypeLabels(collect.job_types, collect.max_job_types)
@@ -30,12 +57,7 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> C
         commit_lag_tolerance=collect.commit_lag_tolerance,
         deadline_prefix=collect.deadline_error_prefix,
         lease_marker=collect.lease_expired_marker,
-        paths=ResultPaths(
-            collect.duration_path,
-            collect.cost_ai_path,
-            collect.cost_proxy_path,
-            collect.cost_total_path,
-        ),
+        paths=_paths(settings),
     )
     options = CursorOptions(
         tracker=tracker,
@@ -72,6 +94,7 @@ def _retune(settings: QueueSettings, mode: CountingMode) -> None:
 DEFAULT = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
+    settings_coverage=_coverage,
     required_indexes=REQUIRED_INDEXES,
     index_file=INDEX_FILE,
     watched_table=lambda settings: settings.database.table,

@@ -291,12 +291,14 @@ def parse_json_path(value: object) -> tuple[str, ...]:
         parts = list(value)
     else:
         raise ValueError(f"expected a list of keys or a dotted path, got {show(value)}")
-    if not parts:
-        raise ValueError("must name at least one key")
+    if not parts or parts == [""]:
+        raise ValueError("must name at least one key (null: the figure is not read)")
     keys: list[str] = []
     for part in parts:
         if not isinstance(part, str) or not part:
-            raise ValueError(f"every key must be a non-empty string, got {show(part)}")
+            raise ValueError(
+                f"every key must be a non-empty string, got {show(part)} in {show(value)}"
+            )
         keys.append(part)
     return tuple(keys)
 

@@ -191,19 +191,24 @@ class CollectSettings:
     lease_expired_marker: str = setting(
         Kind.STRING, " [lease-expired reclaim]", "Suffix the reaper appends to last_error."
     )
-    duration_path: tuple[str, ...] = setting(
-        Kind.JSON_PATH, ("metrics", "duration_ms"), "Path in result jsonb of the run time in ms."
-    )
-    cost_ai_path: tuple[str, ...] = setting(
-        Kind.JSON_PATH, ("metrics", "cost", "ai_usd"), "Path in result jsonb of the AI cost in USD."
-    )
-    cost_proxy_path: tuple[str, ...] = setting(
-        Kind.JSON_PATH, ("metrics", "cost", "proxy_usd"),
-        "Path in result jsonb of the proxy cost in USD.",
+    # Each path may be none (null, or an empty flag): that figure is then not read at all, and
+    # the run time comes from the row (updated_at - run_started_at), as when the key is absent.
+    duration_path: tuple[str, ...] | None = setting(
+        Kind.JSON_PATH, ("metrics", "duration_ms"),
+        "Path in result of the run time in ms (null: updated_at - run_started_at).",
+        optional=True,
     )  # fmt: skip
-    cost_total_path: tuple[str, ...] = setting(
+    cost_ai_path: tuple[str, ...] | None = setting(
+        Kind.JSON_PATH, ("metrics", "cost", "ai_usd"),
+        "Path in result of the AI cost in USD (null: not read).", optional=True,
+    )  # fmt: skip
+    cost_proxy_path: tuple[str, ...] | None = setting(
+        Kind.JSON_PATH, ("metrics", "cost", "proxy_usd"),
+        "Path in result of the proxy cost in USD (null: not read).", optional=True,
+    )  # fmt: skip
+    cost_total_path: tuple[str, ...] | None = setting(
         Kind.JSON_PATH, ("metrics", "cost", "total_usd"),
-        "Path in result jsonb of the total cost in USD.",
+        "Path in result of the total cost in USD (null: not read).", optional=True,
     )  # fmt: skip
     duration_buckets: tuple[float, ...] = setting(
         Kind.BUCKETS, DEFAULT_DURATION_BUCKETS,

@@ -133,10 +133,12 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- type's smallest value); $3: upper bound (exclusive); $4: chunk size;
 -- $5-$8: paths of duration and costs in result, pulled out here so that Python never decodes
 -- the whole document: each path's value as its JSON text (a string with its quotes), NULL when
--- missing; Python keeps the numbers (exporter/counting/results.py). Each path is extracted once:
+-- missing or when the path is NULL (a figure the queue does not store); Python keeps the
+-- numbers (exporter/counting/results.py). Each path is extracted once:
 -- testing its jsonb_typeof in SQL as well extracted it twice (the outer query is flattened),
 -- the largest part of this statement's time. date_part() gives float8 directly; extract()
--- computes in numeric, several times slower per row.
+-- computes in numeric, several times slower per row. run_seconds is the run time when result
+-- holds none: a DONE row's updated_at is the now() of its completion.
 SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
@@ -149,7 +151,9 @@ SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        date_part('epoch', j.created_at) AS created_at,
        date_part('epoch', j.updated_at) AS updated_at,
        date_part('epoch', j.run_started_at - j.run_after) AS wait_seconds,
-       date_part('epoch', j.updated_at - j.created_at) AS latency_seconds
+       date_part('epoch', j.updated_at - j.created_at) AS latency_seconds,
+       CASE WHEN j.status = 3 THEN date_part('epoch', j.updated_at - j.run_started_at) END
+           AS run_seconds
 FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} AS job_type,
              {status_code} AS status, t.{attempts} AS attempts,
              t.{max_attempts} AS max_attempts, t.{last_error} AS last_error, t.{result} AS result,

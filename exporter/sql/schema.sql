@@ -53,7 +53,8 @@ CREATE TABLE IF NOT EXISTS job (
     -- Start of the latest attempt: a running job older than collect.stuck_threshold is stuck.
     run_started_at  timestamptz,
     -- A done job's result; duration and costs are read at collect.duration_path and
-    -- collect.cost_*_path (malformed values are counted, never guessed).
+    -- collect.cost_*_path (malformed values are counted, never guessed; a missing key is
+    -- absent, and the run time then comes from updated_at - run_started_at).
     result          jsonb,
     -- The latest failure: collect.deadline_error_prefix marks a deadline, the reaper's
     -- collect.lease_expired_marker suffix a lease expiry, anything else is an error.

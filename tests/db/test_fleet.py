@@ -205,6 +205,9 @@ def test_result_fields_skip_malformed_values() -> None:
     assert bad == set()
     assert cost_components(fields) == pytest.approx({"ai": 0.012, "proxy": 0.003, "other": 0.005})
     assert result_fields([1, 2]) == ({}, {"result"})
+    # A NULL result, a missing key and a JSON null are absent, not malformed.
+    assert result_fields(None) == ({}, set())
+    assert result_fields({"outcome": "ok", "metrics": {"cost": {"ai_usd": None}}}) == ({}, set())
     odd = {
         "metrics": {
             "duration_ms": True,
@@ -282,13 +285,18 @@ async def test_fleet_tally_agrees_with_the_table(db_dsn: str) -> None:
                      AND (result #>> '{metrics,cost,total_usd}')::float >= 0
                      THEN (result #>> '{metrics,cost,total_usd}')::float END AS total,
                 extract(epoch FROM run_started_at - run_after) AS wait,
-                extract(epoch FROM updated_at - created_at) AS latency
+                extract(epoch FROM updated_at - created_at) AS latency,
+                -- Without a usable duration_ms, the run time is the row's.
+                CASE WHEN jsonb_typeof(result #> '{metrics,duration_ms}') = 'number'
+                     AND (result #>> '{metrics,duration_ms}')::float >= 0
+                     THEN (result #>> '{metrics,duration_ms}')::float / 1000
+                     ELSE extract(epoch FROM updated_at - run_started_at) END AS duration
             FROM job WHERE status = 3 AND jsonb_typeof(result) IN ('object', 'array')
         )
         SELECT job_type, coalesce(sum(ai), 0) AS ai, coalesce(sum(proxy), 0) AS proxy,
             coalesce(sum(total - coalesce(ai, 0) - coalesce(proxy, 0))
                 FILTER (WHERE total - coalesce(ai, 0) - coalesce(proxy, 0) > 0), 0) AS other,
-            sum(wait) AS wait, sum(latency) AS latency
+            sum(wait) AS wait, sum(latency) AS latency, sum(duration) AS duration
         FROM f GROUP BY job_type
         """,
     )
@@ -298,14 +306,14 @@ async def test_fleet_tally_agrees_with_the_table(db_dsn: str) -> None:
             assert tally.cost.get((jt, component), 0.0) == pytest.approx(s[component], abs=1e-9)
         assert sum(tally.wait_seconds[jt]) == pytest.approx(float(s["wait"]), abs=1e-3)
         assert sum(tally.latency_seconds[jt]) == pytest.approx(float(s["latency"]), abs=1e-3)
+        assert sum(tally.duration_seconds[jt]) == pytest.approx(float(s["duration"]), abs=1e-3)
     assert sum(tally.cost.values()) > 0
     malformed_rows = await fetchval(
         db_dsn, "SELECT count(*) FROM job WHERE status = 3 AND jsonb_typeof(result) <> 'object'"
     )
     assert tally.malformed["result"] == malformed_rows
-    assert sum(len(v) for v in tally.duration_seconds.values()) == sum(tally.completed.values()) - (
-        tally.malformed["duration_ms"] + tally.malformed["result"]
-    )
+    # Every completion has a run time: its duration_ms, or else the row's.
+    assert sum(len(v) for v in tally.duration_seconds.values()) == sum(tally.completed.values())
 
 
 async def test_pause_leaves_no_transaction_in_flight(db_dsn: str) -> None:

@@ -394,6 +394,30 @@ def counter_cases() -> list[Case]:
             ],
             silent_at=("30m", "1h30m"),
         ),
+        # What the exporter exports for a queue that stores no cost (tests/db/test_no_cost.py):
+        # a missing key or a NULL result is absent, so every field's counter stays at 0 ...
+        Case(
+            "JobQueueMalformedRows stays silent on a queue whose results hold no cost",
+            "JobQueueMalformedRows",
+            [
+                *(
+                    s("jobqueue_exporter_malformed_rows_total", "0x200", field=f)
+                    for f in ("result", "duration_ms", "ai_usd", "proxy_usd", "total_usd")
+                ),
+                s(done, "0+5x200", job_type="crawl"),
+            ],
+            silent_at=("16m", "30m", "1h30m"),
+        ),
+        # ... and with every collect.*_path null the counter is not exported at all.
+        Case(
+            "JobQueueMalformedRows stays silent on a queue whose result paths are all null",
+            "JobQueueMalformedRows",
+            [
+                s(done, "0+5x200", job_type="crawl"),
+                s("jobqueue_job_duration_seconds_count", "0+5x200", job_type="crawl"),
+            ],
+            silent_at=("16m", "30m", "1h30m"),
+        ),
     ]
 
 

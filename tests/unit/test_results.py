@@ -46,12 +46,61 @@ def test_other_is_left_out_when_the_components_cover_the_total() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    [None, "", "not json", "[1, 2]", '"a string"', "42", "null", "[" * 100_000],
-    ids=["null column", "empty", "garbage", "array", "string", "number", "json null", "deep"],
+    ["", "not json", "[1, 2]", '"a string"', "42", "true", "[" * 100_000],
+    ids=["empty", "garbage", "array", "string", "number", "boolean", "deep"],
 )
-def test_a_result_that_is_not_an_object_is_reported_as_result(text: str | None) -> None:
+def test_a_result_that_is_not_an_object_is_reported_as_result(text: str) -> None:
     outcome = decode_result(text, PATHS)
     assert outcome == type(outcome)(None, {}, ("result",))
+
+
+def test_a_document_encoded_twice_is_malformed_as_a_whole() -> None:
+    # json.dumps applied twice stores a string: the costs are there, but no path reaches them.
+    assert decode_result(result(), PATHS).malformed == ()
+    outcome = decode_result(json.dumps(result()), PATHS)
+    assert outcome == type(outcome)(None, {}, ("result",))
+
+
+@pytest.mark.parametrize("text", [None, "null"], ids=["null column", "json null"])
+def test_a_null_result_is_absent_for_every_field_not_malformed(text: str | None) -> None:
+    assert decode_result(text, PATHS) == type(decode_result(text, PATHS))(None, {}, ())
+    kind = None if text is None else "null"
+    assert decode_figures(Figures(kind), PATHS) == decode_result(text, PATHS)
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{}, {"outcome": "ok"}, {"metrics": {}}, {"metrics": "fast"}, {"metrics": {"cost": [1]}},
+     {"metrics": {"duration_ms": None, "cost": {"ai_usd": None}}}],
+    ids=["empty", "other keys", "no cost", "not an object on the way", "array on the way",
+         "json nulls"],
+)  # fmt: skip
+def test_a_missing_key_is_absent_not_malformed(document: object) -> None:
+    outcome = decode_result(json.dumps(document), PATHS)
+    assert (outcome.duration_seconds, outcome.cost, outcome.malformed) == (None, {}, ())
+    assert decode_figures(figures_as_sql_pulls_them(document, PATHS), PATHS) == outcome
+
+
+def test_a_path_that_is_none_is_never_read_nor_malformed() -> None:
+    text = result(duration_ms="slow", ai="x", proxy=-1, total=0.5)
+    assert set(decode_result(text, PATHS).malformed) == {"duration_ms", "ai_usd", "proxy_usd"}
+    paths = ResultPaths(None, None, None, ("metrics", "cost", "total_usd"))
+    outcome = decode_result(text, paths)
+    # Without ai and proxy, other is the whole total: sum() is still the total.
+    assert (outcome.duration_seconds, outcome.cost, outcome.malformed) == (None, {"other": 0.5}, ())
+    figures = figures_as_sql_pulls_them(json.loads(text), PATHS)  # SQL would send NULL paths
+    assert decode_figures(figures, paths) == outcome
+    nothing = ResultPaths(None, None, None, None)
+    assert decode_result('"a string"', nothing).malformed == ()
+    assert decode_figures(Figures("array"), nothing).malformed == ()
+    assert (nothing.cost_components(), nothing.malformed_fields()) == ((), ())
+    assert (paths.cost_components(), paths.malformed_fields()) == (
+        ("other",),
+        ("result", "total_usd"),
+    )
+    assert PATHS.cost_components() == ("ai", "proxy", "other")
+    assert PATHS.query_args()[0] == ["metrics", "duration_ms"]
+    assert nothing.query_args() == [None, None, None, None]
 
 
 @pytest.mark.parametrize(
@@ -60,7 +109,6 @@ def test_a_result_that_is_not_an_object_is_reported_as_result(text: str | None) 
         (True, "a boolean is not a number"),
         ("12", "a numeric string is not a number"),
         (-1, "negative"),
-        (None, "null"),
         ({"ms": 1}, "an object"),
         (10**400, "too large to be finite"),
     ],
@@ -84,12 +132,7 @@ def test_nan_and_infinity_in_json_are_malformed() -> None:
 
 
 def test_missing_paths_and_configured_paths() -> None:
-    assert decode_result("{}", PATHS).malformed == (
-        "duration_ms",
-        "ai_usd",
-        "proxy_usd",
-        "total_usd",
-    )
+    assert decode_result("{}", PATHS).malformed == ()
     paths = ResultPaths(("took",), ("c", "ai"), ("c", "px"), ("c", "all"))
     outcome = decode_result('{"took": 250, "c": {"ai": 1, "px": 2, "all": 3}}', paths)
     assert (outcome.duration_seconds, outcome.cost, outcome.malformed) == (
@@ -188,5 +231,5 @@ def test_a_string_holding_a_number_is_malformed_either_way() -> None:
     document = {"metrics": {"duration_ms": "1500", "cost": {"ai_usd": "0.5", "total_usd": 1}}}
     via_sql = decode_figures(figures_as_sql_pulls_them(document, PATHS))
     assert via_sql == decode_result(json.dumps(document), PATHS)
-    assert set(via_sql.malformed) == {"duration_ms", "ai_usd", "proxy_usd"}
+    assert set(via_sql.malformed) == {"duration_ms", "ai_usd"}  # proxy_usd is absent
     assert via_sql.cost == {"other": 1.0}
