@@ -9,26 +9,26 @@ pyproject's runtime dependencies, and the HEALTHCHECK command.
 from __future__ import annotations
 
 import fnmatch
-import http.server
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import threading
+import tomllib
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import exporter
-from exporter.settings import SETTINGS, WebSettings
+from exporter.settings.flags import HEALTHCHECK, parse_command_line
+from exporter.web.healthcheck import TIMEOUT_SECONDS
 from tests.artefacts.deploy_files import (
     DEFAULT_PORT,
     DOCKERFILE,
+    LOCK_FILE,
     ROOT,
     dockerfile_instructions,
     find_tool,
@@ -101,7 +101,11 @@ def test_image_is_multi_stage_on_a_pinned_slim_python_base() -> None:
     assert len(froms) == 2
     assert froms[0].endswith(" AS builder")
     base = args["PYTHON_IMAGE"]
-    assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm", base), base
+    # A tag can be rebuilt upstream; the digest of its image index cannot.
+    pinned = re.fullmatch(r"(python:3\.11\.\d+-slim-bookworm)@sha256:[0-9a-f]{64}", base)
+    assert pinned, base
+    comments = [line for line in DOCKERFILE.read_text().splitlines() if line.startswith("#")]
+    assert any(pinned.group(1) in line for line in comments), "a comment names the tag"
     assert all(f.split()[0] == "${PYTHON_IMAGE}" for f in froms)
     # The final stage takes only the venv from the builder, not the source tree.
     last_from = max(i for i, (keyword, _) in enumerate(instructions) if keyword == "FROM")
@@ -130,57 +134,69 @@ def healthcheck_command() -> list[str]:
     return [str(word) for word in command]
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
-    """Answers /healthz with the status the test sets on the server."""
-
-    def do_GET(self) -> None:
-        status = 200 if self.path == "/healthz" and self.server.healthy else 503  # type: ignore[attr-defined]
-        self.send_response(status)
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def health_server() -> Iterator[http.server.HTTPServer]:
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Health)
-    server.healthy = True  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
-
-def run_healthcheck(port: int) -> int:
-    """Run the image's HEALTHCHECK command here, pointed at a port through the environment."""
+def test_healthcheck_runs_the_healthcheck_command_on_the_servers_own_flags() -> None:
     command = healthcheck_command()
-    assert command[0] == "python", "the image has no curl: the check must use Python"
-    env = {**os.environ, SETTINGS["web.listen_address"].env: f":{port}"}
-    done = subprocess.run(
-        [sys.executable, *command[1:]], env=env, capture_output=True, timeout=30, check=False
-    )
-    return done.returncode
+    entrypoint = json.loads(dict(dockerfile_instructions())["ENTRYPOINT"])
+    # The console script the image runs, its healthcheck command, reading the flags of PID 1
+    # (the exec-form ENTRYPOINT): the check gets the image's environment, not the arguments.
+    assert command == [*entrypoint, HEALTHCHECK, "--pid=1"]
+    namespace = parse_command_line(command[1:])
+    assert (namespace.command, namespace.pid) == (HEALTHCHECK, 1)
+    options = dict(dockerfile_instructions())["HEALTHCHECK"].split(" CMD ")[0]
+    timeout = re.search(r"--timeout=(\d+)s", options)
+    assert timeout is not None
+    assert int(timeout.group(1)) > TIMEOUT_SECONDS, "the probe gives up before Docker does"
 
 
-def test_healthcheck_passes_on_a_healthy_healthz_and_fails_otherwise(
-    health_server: http.server.HTTPServer,
-) -> None:
-    port = health_server.server_address[1]
-    assert run_healthcheck(port) == 0
-    health_server.healthy = False  # type: ignore[attr-defined]
-    assert run_healthcheck(port) != 0
-    health_server.shutdown()
-    health_server.server_close()
-    assert run_healthcheck(port) != 0
+# --- the lock file -----------------------------------------------------------------------------
 
 
-def test_healthcheck_defaults_to_the_exporters_default_port() -> None:
-    command = " ".join(healthcheck_command())
-    assert f"'{WebSettings().listen_address[0]}'" in command
-    assert SETTINGS["web.listen_address"].env in command
-    assert "/healthz" in command
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """The lock's pins: normalised name -> (version, hashes)."""
+    pins: dict[str, tuple[str, list[str]]] = {}
+    entries = LOCK_FILE.read_text().replace("\\\n", " ").splitlines()
+    for entry in entries:
+        words = entry.split("#")[0].split()
+        if not words:
+            continue
+        name, sep, version = words[0].partition("==")
+        assert sep, f"not pinned with ==: {entry.strip()}"
+        hashes = [w.removeprefix("--hash=sha256:") for w in words[1:]]
+        assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in hashes), entry
+        pins[canonicalize_name(name)] = (version, hashes)
+    return pins
+
+
+def test_the_lock_pins_every_runtime_dependency_of_pyproject_with_hashes() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pins = locked()
+    assert pins
+    for name, (_, hashes) in pins.items():
+        assert hashes, f"{name} has no --hash"
+    for text in project["dependencies"]:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"requirements.lock lacks {name}: regenerate it (see Dockerfile)"
+        assert requirement.specifier.contains(pins[name][0]), f"{name} {pins[name][0]}: {text}"
+    # Nothing of the dev or preset extras sneaks into the image.
+    extras = project["optional-dependencies"]
+    for text in extras["dev"]:
+        name = canonicalize_name(Requirement(text).name)
+        if name not in {canonicalize_name(Requirement(d).name) for d in project["dependencies"]}:
+            assert name not in pins, f"{name} is a dev dependency"
+
+
+def test_the_image_installs_the_lock_with_require_hashes_and_nothing_unlocked() -> None:
+    assert LOCK_FILE.name in builder_copy_sources()
+    (run,) = [
+        rest for keyword, rest in dockerfile_instructions() if keyword == "RUN" and "pip" in rest
+    ]
+    installs = [step.strip() for step in run.split("&&") if " install " in step]
+    assert installs == [
+        f"/opt/jobqueue-exporter/bin/pip install --no-deps --require-hashes -r {LOCK_FILE.name}",
+        "/opt/jobqueue-exporter/bin/pip install --no-deps /wheels/*.whl",
+    ]
+    assert run.rstrip().endswith("/opt/jobqueue-exporter/bin/pip check")
 
 
 def test_builder_stage_builds_a_wheel_from_exactly_the_copied_files(tmp_path: Path) -> None:
