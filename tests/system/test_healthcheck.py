@@ -156,6 +156,7 @@ def test_healthcheck_speaks_tls_past_basic_auth_and_prints_no_secret(
     # Basic auth is really on: /metrics refuses a request without credentials.
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=unverified, timeout=10)
+    refused.value.close()  # the error holds the TLS connection open
     assert refused.value.code == 401
     done = healthcheck(f"--pid={exporter.popen.pid}")
     assert done.returncode == 0, done.stderr
