@@ -13,7 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "dashboards" / "jobqueue.json"
-OUTPUT = ROOT / "deploy" / "kubernetes" / "grafana-dashboard.yaml"
+OUTPUT = ROOT / "deploy" / "kubernetes" / "monitoring" / "grafana-dashboard.yaml"
 NAME = "jobqueue-exporter-dashboard"
 KEY = "jobqueue-exporter.json"
 

@@ -30,6 +30,7 @@ from exporter.settings import (
 )
 from exporter.settings.flags import (
     DEMO,
+    HEALTHCHECK,
     INDEXES,
     PROG,
     RENDER_RULES,
@@ -164,6 +165,22 @@ def _checked_tables(settings: Settings) -> Settings:
     return settings
 
 
+def _healthcheck(namespace: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Probe the running exporter; 0 or 1 only, as container health checks read them."""
+    from exporter.web.healthcheck import HealthcheckError, probe, process_arguments
+
+    try:
+        if namespace.pid is not None:
+            namespace = parse_command_line(process_arguments(namespace.pid))
+        settings = settings_from_namespace(namespace, environ)
+    except (HealthcheckError, UsageError, ConfigError) as exc:
+        _write(sys.stderr, f"{PROG} healthcheck: unhealthy: {exc}")
+        return EXIT_FAILED
+    result = probe(settings.web)
+    _write(sys.stdout if result.healthy else sys.stderr, result.message)
+    return EXIT_OK if result.healthy else EXIT_FAILED
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Parse the command line and environment, run the chosen command, return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -182,6 +199,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if getattr(namespace, "config_check", None) is not None:
         return _check_config(namespace.config_check)
     command: str = namespace.command
+    if command == HEALTHCHECK:
+        return _healthcheck(namespace, env)
     labels = None
     if getattr(namespace, "prometheusrule_labels", None) is not None:
         from exporter.rules import parse_rule_labels

@@ -23,7 +23,8 @@ from exporter.settings.yamlfile import suggest
 
 PROG = "jobqueue-exporter"
 RUN, DEMO, RENDER_RULES, INDEXES = "run", "demo", "render-rules", "indexes"
-COMMANDS = (RUN, DEMO, RENDER_RULES, INDEXES)
+HEALTHCHECK = "healthcheck"
+COMMANDS = (RUN, DEMO, RENDER_RULES, INDEXES, HEALTHCHECK)
 # The sections whose flags each command takes; log is everyone's.
 COMMAND_SECTIONS = {
     RUN: ("database", "collect", "queue", "web", "log"),
@@ -31,6 +32,8 @@ COMMAND_SECTIONS = {
     RENDER_RULES: ("alerts", "log"),
     # The queues' table mappings: the same keys that say what run would read.
     INDEXES: ("database", "queue", "log"),
+    # Every flag run takes, so the health check accepts the server's own command line.
+    HEALTHCHECK: ("database", "collect", "queue", "web", "log"),
 }
 RULE_FORMATS = ("rules", "prometheusrule")
 
@@ -58,6 +61,7 @@ _USAGE = {
     DEMO: f"{PROG} demo [FLAGS]",
     RENDER_RULES: f"{PROG} render-rules [FLAGS]",
     INDEXES: f"{PROG} indexes [FLAGS]",
+    HEALTHCHECK: f"{PROG} healthcheck [--pid=N | FLAGS]",
 }
 _DESCRIPTION = {
     RUN: "Prometheus exporter for a job queue stored in PostgreSQL.\n\n"
@@ -65,10 +69,14 @@ _DESCRIPTION = {
     "  run           serve /metrics for the queues (the default)\n"
     "  demo          the same, on a throwaway database with simulated workers\n"
     "  render-rules  print the alert and recording rules (its flags: render-rules --help)\n"
-    "  indexes       print the CREATE INDEX statements each queue's table needs",
+    "  indexes       print the CREATE INDEX statements each queue's table needs\n"
+    "  healthcheck   ask the running exporter's /healthz; exit 0 or 1",
     DEMO: "A throwaway PostgreSQL with simulated workers, and the exporter serving it.",
     RENDER_RULES: "Print the Prometheus alert and recording rules, tuned by the flags below.",
     INDEXES: "Print the CREATE INDEX CONCURRENTLY statements each queue's table mapping needs.",
+    HEALTHCHECK: "Ask the running exporter's /healthz where the same flags, environment and\n"
+    "web config make it listen (HTTPS with TLS; no credentials, /healthz needs none).\n"
+    "Exit 0 when it answers 200, 1 otherwise.",
 }
 _EPILOG = """\
 Every flag is also a key of the --config.file YAML (docs/configuration.md) and
@@ -167,6 +175,14 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
             metavar="KEY=VALUE",
             help="A label of the PrometheusRule, for your Prometheus' ruleSelector; repeatable. "
             "Default: release=kube-prometheus-stack.",
+        )
+    elif command == HEALTHCHECK:
+        parser.add_argument(
+            "--pid",
+            type=int,
+            metavar="N",
+            help="Take the flags from the command line of process N, the running exporter "
+            "(in its container: 1). Default: the flags given here.",
         )
     else:
         parser.add_argument(

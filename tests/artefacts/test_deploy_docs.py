@@ -3,7 +3,7 @@
 The page opens with the two values the shipped rules hold placeholders for; its documented
 render-rules command is run through the real command line. The image section's build tag,
 ``kustomize edit`` target and ``images:`` block must name the same image, and the
-placeholder they replace must be the one the kustomization and the Deployments use.
+placeholder they replace must be the one the exporter kustomization and the Deployments use.
 """
 
 from __future__ import annotations
@@ -96,7 +96,10 @@ def test_the_image_section_builds_pushes_and_points_images_at_one_image() -> Non
     ((documented,),) = [yaml.safe_load(b)["images"] for b in code_blocks(section, "yaml")]
     assert f"{documented['newName']}:{documented['newTag']}" == tag
     # The entry keeps the name the shipped kustomization and Deployments use.
-    (shipped,) = yaml.safe_load((K8S / "kustomization.yaml").read_text())["images"]
+    (shipped,) = yaml.safe_load((K8S / "exporter" / "kustomization.yaml").read_text())["images"]
     assert documented["name"] == placeholder == shipped["name"]
-    for path in K8S.glob("*deployment.yaml"):
+    (cd,) = [c for c in shell if c[0] == "cd"]
+    assert cd == ["cd", "deploy/kubernetes/exporter"], "kustomize edit runs where images: is"
+    deployments = [K8S / "exporter" / "deployment.yaml", K8S / "example" / "queue-worker.yaml"]
+    for path in deployments:
         assert f"image: {placeholder}:" in path.read_text(), path.name

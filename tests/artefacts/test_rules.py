@@ -29,7 +29,7 @@ from exporter.settings import AlertSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "alerts" / "jobqueue.rules.yml"
-PROMETHEUS_RULE_FILE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
+PROMETHEUS_RULE_FILE = ROOT / "deploy" / "kubernetes" / "monitoring" / "prometheusrule.yaml"
 RULE_TESTS = sorted((ROOT / "alerts" / "tests").glob("*.yml"))
 BUDGET_TEST = ROOT / "alerts" / "tests" / "budget" / "cost_budget.yml"
 BUDGET_RULES_FILE = ROOT / "alerts" / "tests" / "budget" / "rules" / "jobqueue-budget.rules.yml"
