@@ -10,6 +10,7 @@ from dataclasses import replace
 from exporter.counting.cycle import CountingMode
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import TableShape, index_names, render_queries
+from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
 from exporter.model import Coverage, JobTypeLabels, Tallies
@@ -36,6 +37,7 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> C
             collect.cost_proxy_path,
             collect.cost_total_path,
         ),
+        statuses=StatusValues.of(settings.mapping),
     )
     options = CursorOptions(
         tracker=tracker,
