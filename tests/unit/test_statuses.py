@@ -292,3 +292,29 @@ def test_the_status_page_names_the_unmapped_values_escaped() -> None:
     assert "<b>x" not in text
     assert "7 changed rows with a status none of table.status_values maps: " in text
     assert "&#x27;failed&#x27; (5), &#x27;&lt;b&gt;x&lt;/b&gt;&#x27; (2)" in text
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([0, 1, 2, 3, 4, 7]),
+            st.one_of(st.none(), st.text(max_size=100)),
+            st.integers(0, 5),
+        ),
+        max_size=30,
+    )
+)
+def test_any_sequence_of_statuses_counts_each_unmapped_change_once_and_never_crashes(
+    changes: list[tuple[str, int, str | None, int]],
+) -> None:
+    t = tracker()
+    t.baseline(1000.0, [], [])
+    expected = 0
+    for n, (job, status, text, attempts) in enumerate(changes):
+        at = 1001.0 + n
+        t.apply(at, [row(job, status=status, status_text=text, attempts=attempts, updated_at=at)])
+        expected += status not in (1, 2, 3, 4)
+    assert sum(t.tallies.unmapped_status.values()) == expected
+    assert len(t.tallies.unmapped_status) <= MAX_NAMED + 1
+    assert len(t.unmapped_new) == len(t.tallies.unmapped_status)
