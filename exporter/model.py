@@ -62,6 +62,8 @@ class JobRow:
     latency_seconds: float | None = None  # updated_at - created_at, likewise
     run_seconds: float | None = None  # updated_at - run_started_at of a DONE row, likewise
     figures: Figures | None = None  # numbers pulled out of result in SQL (then result is None)
+    # The status column's own text when it is none of the four mapped values (cut in SQL).
+    status_text: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +160,9 @@ class Tallies:
     cancelled: Counter[str] = field(default_factory=Counter)  # presets only: no cancel here
     # Tracked active jobs deleted before a read saw them end, by the status last seen.
     vanished: Counter[str] = field(default_factory=Counter)
+    # Changed rows whose status is none of the four mapped values, by the value as shown
+    # (at most statuses.MAX_NAMED of them, the rest under one key).
+    unmapped_status: Counter[str] = field(default_factory=Counter)
 
     def copy(self) -> Tallies:
         """An independent copy (the HTTP side renders from copies, never from live state)."""
@@ -168,7 +173,7 @@ class Tallies:
             {k: replace(v, counts=list(v.counts)) for k, v in self.duration.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
-            Counter(self.cancelled), Counter(self.vanished),
+            Counter(self.cancelled), Counter(self.vanished), Counter(self.unmapped_status),
         )  # fmt: skip
 
     def counters(self) -> dict[str, dict[object, int]]:

@@ -324,6 +324,8 @@ class Poller:
             for warning in collected.warnings:
                 log.warning(warning)
             self._warnings = collected.warnings
+        for notice in collected.notices:
+            log.warning(notice.message, extra={"fields": dict(notice.fields)})
 
     def _note_held(self) -> None:
         # One line when the cap is crossed and one when back under, never one per cycle:

@@ -44,6 +44,14 @@ class Query:
     deferrable: bool = False
 
 
+@dataclass(frozen=True)
+class Notice:
+    """Something a cycle found that is worth one log line, once: the message and its fields."""
+
+    message: str
+    fields: Mapping[str, object]
+
+
 @dataclass
 class Collected:
     """What one cycle of a counting mode produced: the gauges now, and how the counting went.
@@ -57,6 +65,7 @@ class Collected:
     lag: float = 0.0  # database seconds between the snapshot and the cursor
     behind: bool = False  # stopped before the cursor reached its bound: go on at once
     warnings: tuple[str, ...] = ()  # conditions worth one log line each while they last
+    notices: tuple[Notice, ...] = ()  # found this cycle: one log line each, now
 
 
 # A cycle yields the statements of the read-only transaction one at a time and receives each

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from exporter.counting.changefeed import NIL
+from exporter.counting.statuses import SQL_CHARS
 from exporter.settings import QueueSettings
 from exporter.settings.table import (
     ROLES,
@@ -43,6 +44,7 @@ class TableShape:
 
     job_id_type: str = "uuid"  # the base type's name: uuid, int2/int4/int8, text, varchar
     job_type_text: bool = False  # text (or enum) job types instead of integers
+    status_padded: bool = False  # a char(n) status column: its values carry trailing blanks
 
     @property
     def cursor_start(self) -> str:
@@ -75,6 +77,10 @@ def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
     else:
         values["job_type_out"] = job_type
     values["job_id_type"] = shape.job_id_type
+    values["table_name"] = sql_literal(quote_table(mapping.name))
+    values["status_name"] = sql_literal(mapping.column("status"))
+    values["stats_value"] = "rtrim(v.value, ' ')" if shape.status_padded else "v.value"
+    values["status_chars"] = str(SQL_CHARS)
     values["cursor_start"] = sql_literal(shape.cursor_start)
     values["cursor_nil"] = sql_literal(NIL)
     return values

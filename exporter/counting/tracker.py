@@ -24,6 +24,7 @@ from exporter.counting.results import (
     decode_result,
     split_error,
 )
+from exporter.counting.statuses import MAPPED_CODES, StatusValues, count_unmapped, show_status
 from exporter.model import (
     DEAD,
     DONE,
@@ -80,6 +81,8 @@ class TrackerOptions:
     deadline_prefix: str = DEADLINE_PREFIX
     lease_marker: str = LEASE_EXPIRED_MARKER
     paths: ResultPaths = field(default_factory=ResultPaths)
+    # The mapped status values (None: the reference's numbers, and no statistics check).
+    statuses: StatusValues | None = None
 
 
 class Tracker:
@@ -105,6 +108,9 @@ class Tracker:
         self.dead_delta: Counter[JobType] = Counter()
         # Finished jobs kept because the floor has not passed them yet (see held).
         self._held = 0
+        # Unmapped status values named for the first time: (as shown, the row's own text),
+        # taken by the counting mode each cycle. At most MAX_NAMED + 1 in a lifetime.
+        self.unmapped_new: list[tuple[str, str | None]] = []
 
     @property
     def started(self) -> bool:
@@ -206,6 +212,8 @@ class Tracker:
         if known == seen:
             return  # read again (past the horizon's bound, or in a fallback window): counted
         self._remember(row.job_id, seen)
+        if row.status not in MAPPED_CODES:
+            self._count_unmapped(row)
         if row.updated_at <= self._started_at:
             return  # changed before the baseline: history, not a transition we saw
         label = self.labels.label(row.job_type)
@@ -241,6 +249,16 @@ class Tracker:
         else:
             previous = known
         self._count_since(previous, row, label)
+
+    def _count_unmapped(self, row: JobRow) -> None:
+        # Counted once per change read (a row read again is recognised above); its other
+        # counts go on as they did: a status none of the four is no transition of them.
+        statuses = self.options.statuses
+        numeric = statuses is None or statuses.numeric
+        shown = show_status(row.status_text, numeric=numeric)
+        key = count_unmapped(self.tallies.unmapped_status, shown)
+        if key is not None:
+            self.unmapped_new.append((key, row.status_text))
 
     def _remember(self, job_id: str, seen: Seen) -> None:
         self._known[job_id] = seen

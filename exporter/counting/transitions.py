@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.counting.changefeed import ChangeFeed
-from exporter.counting.cycle import Collected, Cycle, Query, Row
+from exporter.counting.cycle import Collected, Cycle, Notice, Query, Row
 from exporter.counting.horizon import Horizon
+from exporter.counting.statuses import row_notice, stats_notices
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.model import (
     PENDING,
@@ -66,6 +67,10 @@ class TransitionCursor:
     _cycle: int = 0
     _dead: dict[JobType, int] = field(default_factory=dict)
     _dead_counted_at: int | None = None
+    # What the status column's statistics held at the last recount, and the unmapped values
+    # they have named so far (bounded: statuses.MAX_NAMED).
+    _stats_values: list[str] = field(default_factory=list)
+    _stats_named: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.tracker = Tracker(self.options.tracker, self.labels, self.tallies)
@@ -115,6 +120,13 @@ class TransitionCursor:
         ) or ()
         now = float(snapshot_rows[0]["now"])
         dead_rows = (yield Query("dead", self.sql["dead"])) if recount_dead else None
+        statuses = options.tracker.statuses
+        notices: list[Notice] = []
+        if recount_dead and statuses is not None:
+            # With the dead letter: a status typo leaves it at zero, so it is proven as often.
+            stats = (yield Query("status_values", self.sql["status_values"])) or ()
+            self._stats_values = [r["value"] for r in stats if r["value"] is not None]
+            notices += stats_notices(statuses, self._stats_values, self._stats_named)
         done_rows = (yield Query("done", self.sql["done"])) if options.done_count else None
         active: list[JobRow] = []
         dead_ids: list[str] = []
@@ -159,6 +171,12 @@ class TransitionCursor:
         )
         for job_type in [*snapshot.active, *self._dead]:
             self.labels.label(job_type)
+        if statuses is not None:
+            notices += [
+                row_notice(statuses, key, text, self._stats_values)
+                for key, text in tracker.unmapped_new
+            ]
+        tracker.unmapped_new.clear()
         hidden = feed.horizon is not None and feed.horizon.hidden > 0
         return Collected(
             snapshot=snapshot,
@@ -167,6 +185,7 @@ class TransitionCursor:
             lag=feed.lag(),
             behind=not feed.caught_up,
             warnings=(HIDDEN_WARNING,) if hidden else (),
+            notices=tuple(notices),
         )
 
 
@@ -193,6 +212,7 @@ def _job_row(
         latency_seconds=r["latency_seconds"],
         figures=figures,
         run_seconds=run_seconds,
+        status_text=r.get("status_text"),
     )
 
 

@@ -122,7 +122,8 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
         raise MappingError("\n".join(problems))
     job_id = found[mapping.column("job_id")]
     job_type = found[mapping.column("job_type")]
-    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES)
+    padded = found[mapping.column("status")].base == "bpchar"
+    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES, padded)
 
 
 def _check_status_values(

@@ -207,6 +207,10 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
         for last_status in VANISHED_STATUSES:
             vanished.add_metric([q, last_status], tallies.vanished[last_status])
         yield vanished
+    if "unmapped_status" not in withheld:
+        unmapped = _counter("jobqueue_exporter_unmapped_status_rows")
+        unmapped.add_metric([q], sum(tallies.unmapped_status.values()))
+        yield unmapped
 
 
 # The statuses a tracked job can vanish in: every series exists from the start.

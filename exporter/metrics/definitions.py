@@ -53,30 +53,21 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
     _d(
         "jobqueue_jobs_scheduled",
         "gauge",
-        (
-            QUEUE,
-            "job_type",
-        ),
+        (QUEUE, "job_type"),
         f"Pending jobs whose run_after is still in the future (backoff or delay). {_EVERY}",
         "snapshot query",
     ),
     _d(
         "jobqueue_oldest_pending_age_seconds",
         "gauge",
-        (
-            QUEUE,
-            "job_type",
-        ),
+        (QUEUE, "job_type"),
         f"Seconds since the oldest pending job was created (database clock); 0 when none. {_EVERY}",
         "snapshot query",
     ),
     _d(
         "jobqueue_oldest_ready_wait_seconds",
         "gauge",
-        (
-            QUEUE,
-            "job_type",
-        ),
+        (QUEUE, "job_type"),
         "Seconds the oldest claimable pending job has waited for a worker since its run_after; "
         f"0 when none. {_EVERY}",
         "snapshot query",
@@ -295,6 +286,16 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "Completed rows whose result field was present but not a number, negative or not "
         "finite (field=result: result is a string, number, array or boolean); the field was "
         "skipped. A missing key, a JSON null or a NULL result is absent, not malformed.",
+        "changes query",
+    ),
+    _d(
+        "jobqueue_exporter_unmapped_status_rows",
+        "counter",
+        (QUEUE,),
+        "Changed rows whose status is none of the four table.status_values (a typo there, or a "
+        "status of the table's own); such rows are in no other count. Each distinct value is "
+        "logged once and named on the status page. Counted from the rows each collection reads "
+        "in the background, not on scrape.",
         "changes query",
     ),
     _d(

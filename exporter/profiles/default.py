@@ -10,6 +10,7 @@ from dataclasses import replace
 from exporter.counting.cycle import CountingMode
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import TableShape, index_names, render_queries
+from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
 from exporter.model import Coverage, JobTypeLabels, Tallies
@@ -58,6 +59,7 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> C
         deadline_prefix=collect.deadline_error_prefix,
         lease_marker=collect.lease_expired_marker,
         paths=_paths(settings),
+        statuses=StatusValues.of(settings.mapping),
     )
     options = CursorOptions(
         tracker=tracker,

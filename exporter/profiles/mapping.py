@@ -34,8 +34,11 @@ _FIGURES = {
 }
 # Figures no preset fills: how long ago a stuck job's lease ran out (the libraries have no
 # lease end, only a heartbeat), cost and malformed result fields (no result jsonb convention),
-# and the tracker's job count and vanished jobs (the readers keep cursors, not a tracker).
-NEVER_FILLED = frozenset({"lease_expired_oldest", "cost", "malformed", "tracked", "vanished"})
+# the tracker's job count and vanished jobs (the readers keep cursors, not a tracker), and
+# unmapped status values (a library's statuses are known, no table mapping names them).
+NEVER_FILLED = frozenset(
+    {"lease_expired_oldest", "cost", "malformed", "tracked", "vanished", "unmapped_status"}
+)
 # Capability -> the jobqueue_jobs status it fills. A held job (kept failed for a human, who
 # can requeue it) is what the default schema calls dead.
 _STATUSES = (("pending", Status.PENDING), ("running", Status.RUNNING), ("held", Status.DEAD))

@@ -1,4 +1,5 @@
-"""Alerts on the exporter's own health: reachability, scrapes, collections, indexes, label cap.
+"""Alerts on the exporter's own health: reachability, scrapes, collections, indexes, label cap,
+status values the table mapping does not name.
 
 These read series that stay while the queue's database is away, so they need no
 ``keep_firing_for:`` (see promql.HEALTH_ALERTS).
@@ -12,6 +13,7 @@ from exporter.rules.promql import (
     DEDUP,
     JOB,
     QUEUE,
+    VALUE_COUNT,
     VALUE_RATIO,
     Builder,
     format_duration,
@@ -20,6 +22,11 @@ from exporter.rules.promql import (
 )
 from exporter.settings import AlertSettings
 from exporter.vocabulary import OTHER
+
+# A row in a status no mapping names is in no count: one is proof enough, and the alert stays
+# an hour after the last one so that a rare value is seen.
+UNMAPPED_WINDOW = 3600.0
+UNMAPPED_FOR = 60.0
 
 
 def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
@@ -43,6 +50,7 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
     attempts = b.total(f"rate({b.sel('jobqueue_exporter_collections_total')}[{ew}])")
     duration = b.gap(b.sel("jobqueue_exporter_collection_duration_seconds"), "avg_over_time")
     timeout = b.sel("jobqueue_exporter_collection_timeout_seconds")
+    unmapped = b.increase("jobqueue_exporter_unmapped_status_rows_total", UNMAPPED_WINDOW)
     return [
         {
             "name": "JobQueueDatabaseUnreachable",
@@ -122,5 +130,16 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             "description": f"{{{{ $value }}}} job types of queue {QUEUE} in {JOB} are folded into "
             f'job_type="{OTHER}": their alerts and panels are merged; raise the label cap or name '
             "the job types.",
+        },
+        {
+            "name": "JobQueueUnmappedStatus",
+            "expr": f"{unmapped} > 0",
+            "for_": UNMAPPED_FOR,
+            "severity": "warning",
+            "summary": "Rows carry a status value the table mapping does not name.",
+            "description": f"{VALUE_COUNT} changed rows of queue {QUEUE} in {JOB} "
+            f"had a status none of table.status_values maps over the last {d(UNMAPPED_WINDOW)}; "
+            "they are in no count, so the dead-letter and completion alerts may be blind. The "
+            "exporter's log and status page name the values.",
         },
     ]

@@ -55,6 +55,7 @@ HEALTH_ALERTS = (
     "JobQueueCollectionErrors",
     "JobQueueMissingIndex",
     "JobQueueLabelCapReached",
+    "JobQueueUnmappedStatus",
 )
 
 HEADER = (

@@ -4,7 +4,10 @@
 -- {pending} {running} {done} {dead} the status column's literals, {status_code} the status as
 -- the reference's number (1-4, what the counting code expects), {job_type_out} the job type
 -- (text ones cut short in SQL, so a megabyte of text never crosses the wire), {job_id_type}
--- the job_id column's type from the catalog. Every output column keeps the reference's name.
+-- the job_id column's type from the catalog; {table_name} and {status_name} the table's and the
+-- status column's names as string literals (for the catalog), {stats_value} a statistics value as
+-- the column compares it, {status_chars} how much of an unmapped status value is sent.
+-- Every output column keeps the reference's name.
 -- Every time is the database's (now() = the start of the collection's read-only transaction),
 -- returned as Unix seconds.
 
@@ -45,6 +48,23 @@ LEFT JOIN LATERAL (
 -- name: dead
 -- Served by the partial job_exporter_dead_idx (index-only).
 SELECT {job_type_out} AS job_type, count(*) AS jobs FROM {table} WHERE {status} = {dead} GROUP BY 1;
+
+-- name: status_values
+-- The values the planner's statistics saw in the status column (its most common values and
+-- histogram bounds, as of the last ANALYZE; no row until the table was first analyzed), run with
+-- the dead-letter recount: the counting mode compares them with the four mapped values
+-- (exporter/counting/statuses.py). Catalog rows only, never the table. A char(n) column's values
+-- lose their padding, as its comparisons ignore it.
+SELECT DISTINCT {stats_value} AS value
+FROM pg_stats s
+CROSS JOIN LATERAL unnest(coalesce(s.most_common_vals::text::text[], '{}')
+                          || coalesce(s.histogram_bounds::text::text[], '{}')) AS v(value)
+WHERE (s.schemaname, s.tablename) IN (
+        SELECT n.nspname, c.relname FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = to_regclass({table_name}))
+  AND s.attname = {status_name}
+LIMIT 200;
 
 -- name: done
 -- Only with collect.done_count: this reads every DONE row, so its cost grows with history.
@@ -141,6 +161,9 @@ CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
 -- holds none: a DONE row's updated_at is the now() of its completion.
 SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
+       -- The column's own value when it is none of the four (exporter/counting/statuses.py).
+       CASE WHEN j.status BETWEEN 1 AND 4 THEN NULL
+            ELSE left(j.status_value::text, {status_chars}) END AS status_text,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
        CASE WHEN j.status = 3 THEN (j.result #> $5::text[])::text END AS duration_ms,
        CASE WHEN j.status = 3 THEN (j.result #> $6::text[])::text END AS ai_usd,
@@ -155,7 +178,7 @@ SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        CASE WHEN j.status = 3 THEN date_part('epoch', j.updated_at - j.run_started_at) END
            AS run_seconds
 FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} AS job_type,
-             {status_code} AS status, t.{attempts} AS attempts,
+             {status_code} AS status, t.{status} AS status_value, t.{attempts} AS attempts,
              t.{max_attempts} AS max_attempts, t.{last_error} AS last_error, t.{result} AS result,
              t.{run_after} AS run_after, t.{run_started_at} AS run_started_at,
              t.{created_at} AS created_at, t.{updated_at} AS updated_at

@@ -116,6 +116,19 @@ def _counts(view: QueueView) -> list[str]:
     ]
 
 
+def _unmapped(view: QueueView) -> str:
+    """Rows whose status none of table.status_values maps, and the values (escaped), if any."""
+    found = view.tallies.unmapped_status if view.tallies is not None else None
+    if not found:
+        return ""
+    rows = sum(found.values())
+    values = ", ".join(f"{value} ({n:,})" for value, n in found.most_common())
+    return (
+        f'<div class="err">{rows:,} changed rows with a status none of table.status_values '
+        f"maps: {html.escape(values)}</div>"
+    )
+
+
 def _queue_row(status: QueueStatus, now: float) -> str:
     view = status.view
     state = "up" if view.up else "down"
@@ -142,7 +155,7 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
         f'<td><span class="badge {role}">{role}</span></td>',
         f"<td>{_when(now, view.health.last_success_at)}</td>",
-        f"<td>{error}</td>",
+        f"<td>{error}{_unmapped(view)}</td>",
         f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
         f'<td class="n">{tracked}</td>',
         f'<td class="n" title="{types}">{len(view.labels):,}</td>',

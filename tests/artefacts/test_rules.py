@@ -64,6 +64,7 @@ EXPECTED_ALERTS = {
     "JobQueueCollectionSlow",
     "JobQueueMissingIndex",
     "JobQueueJobsVanished",
+    "JobQueueUnmappedStatus",
 }
 
 

@@ -494,6 +494,7 @@ def health_cases() -> list[Case]:
     up = "jobqueue_up"
     # Folded now and then, with 3 minutes of failed scrapes: the gap window bridges both.
     folded = "1 0 " * 25 + "stale _x5 " + "1 0 " * 50
+    unmapped = "jobqueue_exporter_unmapped_status_rows_total"
     return [
         Case(
             "JobQueueDatabaseUnreachable fires when both pods report jobqueue_up 0 for 3m",
@@ -634,6 +635,27 @@ def health_cases() -> list[Case]:
             "JobQueueLabelCapReached",
             [s("jobqueue_exporter_job_types_folded", "0x150")],
             silent_at=("1h10m",),
+        ),
+        # A rollout: the new pod reads the next unmapped row; the rows of both pods are summed.
+        Case(
+            "JobQueueUnmappedStatus fires a minute after changed rows carry an unmapped status",
+            "JobQueueUnmappedStatus",
+            [
+                s(unmapped, "0x20 2x100"),
+                s(unmapped, "0x20 1x100", instance="b"),
+                s(unmapped, "4x150", queue="q2"),
+            ],
+            fire_at="11m30s",
+            value=3,
+            labels=lab(),
+            silent_at=("11m",),
+        ),
+        Case(
+            "JobQueueUnmappedStatus stays silent on a constant count and an hour after the last row",
+            "JobQueueUnmappedStatus",
+            [s(unmapped, "0x20 1x200"), s(unmapped, "4x200", queue="q2")],
+            silent_at=("1h20m",),
+            quiet_at=("10m", "1h20m"),
         ),
     ]
 
