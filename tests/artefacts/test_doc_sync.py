@@ -234,3 +234,11 @@ def test_the_rule_finds_settings_that_do_not_exist_and_ignores_files() -> None:
         "--collect.intervall",
         "JOBQUEUE_EXPORTER_COLLECT_INTERVALL",
     ]
+
+
+def test_every_command_has_a_row_in_the_configuration_commands_table() -> None:
+    docs = (ROOT / "docs" / "configuration.md").read_text()
+    table = docs.split("\n## Commands and other flags\n\n", 1)[1].split("\n\n", 1)[0]
+    rows = {line.split("|")[1].strip() for line in table.splitlines()}
+    missing = [c for c in COMMANDS if f"`{c}`" not in rows and f"`{c}` (the default)" not in rows]
+    assert not missing, f"docs/configuration.md, Commands and other flags: no row for {missing}"
