@@ -25,6 +25,7 @@ from exporter.counting.results import (
     split_error,
 )
 from exporter.counting.statuses import MAPPED_CODES, StatusValues, count_unmapped, show_status
+from exporter.counting.unseen import FRESH, Seen, attempts_ended, requeued_meanwhile
 from exporter.model import (
     DEAD,
     DONE,
@@ -37,40 +38,8 @@ from exporter.model import (
 )
 from exporter.vocabulary import DEADLINE_PREFIX, ERROR, LEASE_EXPIRED, LEASE_EXPIRED_MARKER
 
-
-@dataclass(frozen=True, slots=True)
-class Seen:
-    """The last state of one job that a collection read."""
-
-    status: int
-    attempts: int
-    max_attempts: int
-    last_error: str | None
-    run_started_at: float | None
-    updated_at: float
-    created_at: float = 0.0
-    run_after: float | None = None
-
-    @classmethod
-    def of(cls, row: JobRow) -> Seen:
-        """The part of a row the tracker remembers."""
-        return cls(
-            row.status,
-            row.attempts,
-            row.max_attempts,
-            row.last_error,
-            row.run_started_at,
-            row.updated_at,
-            row.created_at,
-            row.run_after,
-        )
-
-
 # The label of the status a vanished job was last seen in.
 _ACTIVE_NAMES: dict[int, str] = {PENDING: "pending", RUNNING: "running"}
-
-# A freshly inserted or requeued job: pending, no attempt made, no error.
-_FRESH = Seen(PENDING, 0, 0, None, None, 0.0)
 
 
 @dataclass(frozen=True)
@@ -229,14 +198,14 @@ class Tracker:
                 # it: its insert became visible after the baseline, whatever its created_at
                 # (an archive restore, a transaction prepared before the baseline).
                 tallies.enqueued[label] += 1
-            previous = _FRESH
+            previous = FRESH
         elif known.status == DEAD or known.status == DONE:
             if known.status == DONE:
                 return  # DONE is terminal in the queue; a changed DONE row is not ours to count
             tallies.requeued[label] += 1
             self.dead_delta[row.job_type] -= 1
-            previous = _FRESH
-        elif _requeued_meanwhile(known, row):
+            previous = FRESH
+        elif requeued_meanwhile(known, row):
             # The job died and was requeued between two cycles: its attempts went down, or a new
             # attempt started without the count going up. The attempts it had left all failed.
             lost = known.max_attempts - known.attempts + (1 if known.status == RUNNING else 0)
@@ -245,7 +214,7 @@ class Tracker:
                 tallies.failures[(label, reason)] += lost
             tallies.dead[(label, reason)] += 1
             tallies.requeued[label] += 1
-            previous = _FRESH
+            previous = FRESH
         else:
             previous = known
         self._count_since(previous, row, label)
@@ -269,7 +238,7 @@ class Tracker:
 
     def _count_since(self, previous: Seen, row: JobRow, label: str) -> None:
         """Count attempts that ended between ``previous`` and ``row`` (no requeue in between)."""
-        ended = _attempts_ended(previous, row)
+        ended = attempts_ended(previous, row)
         completed = 1 if row.status == DONE else 0
         failures = max(0, ended - completed)
         if failures:
@@ -352,58 +321,3 @@ def _duration(row: JobRow, outcome: Outcome) -> float | None:
     if row.run_started_at is not None:
         return max(0.0, row.updated_at - row.run_started_at)
     return None
-
-
-def _requeued_meanwhile(known: Seen, row: JobRow) -> bool:
-    if _released_meanwhile(known, row):
-        return False
-    if row.attempts < known.attempts:
-        return True
-    if (
-        row.attempts == known.attempts
-        and row.run_started_at is not None
-        and known.run_started_at is not None
-        and row.run_started_at != known.run_started_at
-    ):
-        return True
-    return _run_after_reset_without_failure(known, row)
-
-
-def _released_meanwhile(known: Seen, row: JobRow) -> bool:
-    # A requeue always sets run_after = now(), later than the last change read. A worker that
-    # hands its job back (a graceful-shutdown release: RUNNING -> PENDING with attempts - 1)
-    # leaves run_after alone. So attempts that went down, or a new start at the same count,
-    # while run_after stayed where the last read saw it, are a release (perhaps claimed again):
-    # no attempt failed, nothing died, nothing was requeued. Equality, not "no later than the
-    # last read": a requeue whose transaction began before that read stamps an older now().
-    # Without run_after (a mapped table that has none) a release reads as a requeue.
-    if row.run_after is None or known.run_after is None:
-        return False
-    return row.run_after == known.run_after
-
-
-def _run_after_reset_without_failure(known: Seen, row: JobRow) -> bool:
-    # Only three transitions move run_after: a retried failure (to now() + backoff), a reap
-    # (to now()) and a requeue (to now()). When the attempts say that none failed since the
-    # last read, yet run_after was set to a moment after that read and no later than the row's
-    # last change, only a requeue can have set it: the job died and was requeued unseen
-    # (a job read PENDING with 0 attempts, then claimed, dead, requeued and claimed again).
-    # An application that postpones a job sets run_after in the future: not taken for one.
-    if row.run_after is None or known.run_after is None or row.run_after == known.run_after:
-        return False
-    if not known.updated_at < row.run_after <= row.updated_at:
-        return False
-    if row.run_started_at is not None and row.run_after > row.run_started_at:
-        return False
-    return _attempts_ended(known, row) == (1 if row.status == DONE else 0)
-
-
-def _attempts_ended(previous: Seen, row: JobRow) -> int:
-    """Attempts that ended between ``previous`` and ``row``, if no requeue came between: the
-    attempts started since, plus the one running then, minus the one running now."""
-    return (
-        row.attempts
-        - previous.attempts
-        + (1 if previous.status == RUNNING else 0)
-        - (1 if row.status == RUNNING else 0)
-    )

@@ -160,8 +160,9 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_cost_usd",
         "counter",
         (QUEUE, "job_type", "component"),
-        "Cost in USD of jobs completed since the exporter started, from result jsonb at the "
-        "collect.cost_*_path settings (a component whose path is null is not exported); "
+        "Cost in USD of jobs completed since the exporter started, from result jsonb at each "
+        "component's collect.cost_ai_path, cost_proxy_path or cost_total_path (not exported "
+        "when null); "
         f"component other = total - ai - proxy when positive, so sum() is the total. {_EVERY}",
         "changes query",
     ),

@@ -24,7 +24,16 @@ from exporter.settings.yamlfile import suggest
 PROG = "jobqueue-exporter"
 RUN, DEMO, RENDER_RULES, INDEXES = "run", "demo", "render-rules", "indexes"
 HEALTHCHECK = "healthcheck"
-COMMANDS = (RUN, DEMO, RENDER_RULES, INDEXES, HEALTHCHECK)
+# Every command and its line in the top-level --help: the usage line and the list of commands
+# are both made from this one table, so a new command cannot be left out of either.
+SUMMARIES = {
+    RUN: "serve /metrics for the queues (the default)",
+    DEMO: "the same, on a throwaway database with simulated workers",
+    RENDER_RULES: "print the alert and recording rules (its flags: render-rules --help)",
+    INDEXES: "print the CREATE INDEX statements each queue's table needs",
+    HEALTHCHECK: "ask the running exporter's /healthz; exit 0 or 1",
+}
+COMMANDS = tuple(SUMMARIES)
 # The sections whose flags each command takes; log is everyone's.
 COMMAND_SECTIONS = {
     RUN: ("database", "collect", "queue", "web", "log"),
@@ -56,21 +65,25 @@ _METAVARS = {
     Kind.LISTEN_ADDRESS: "HOST:PORT",
     Kind.URL_PATH: "PATH",
 }
-_USAGE = {
-    RUN: f"{PROG} [run | demo] [FLAGS]",
-    DEMO: f"{PROG} demo [FLAGS]",
-    RENDER_RULES: f"{PROG} render-rules [FLAGS]",
-    INDEXES: f"{PROG} indexes [FLAGS]",
-    HEALTHCHECK: f"{PROG} healthcheck [--pid=N | FLAGS]",
-}
+
+
+def usage(command: str) -> str:
+    """The usage line: every command for the top level (``run``), the command itself otherwise."""
+    if command == RUN:
+        return f"{PROG} [{'|'.join(COMMANDS)}] [FLAGS]"
+    if command == HEALTHCHECK:
+        return f"{PROG} healthcheck [--pid=N | FLAGS]"
+    return f"{PROG} {command} [FLAGS]"
+
+
+def _command_list() -> str:
+    width = max(len(c) for c in COMMANDS) + 2
+    return "\n".join(f"  {c.ljust(width)}{SUMMARIES[c]}" for c in COMMANDS)
+
+
 _DESCRIPTION = {
-    RUN: "Prometheus exporter for a job queue stored in PostgreSQL.\n\n"
-    "commands:\n"
-    "  run           serve /metrics for the queues (the default)\n"
-    "  demo          the same, on a throwaway database with simulated workers\n"
-    "  render-rules  print the alert and recording rules (its flags: render-rules --help)\n"
-    "  indexes       print the CREATE INDEX statements each queue's table needs\n"
-    "  healthcheck   ask the running exporter's /healthz; exit 0 or 1",
+    RUN: "Prometheus exporter for a job queue stored in PostgreSQL.\n\ncommands:\n"
+    + _command_list(),
     DEMO: "A throwaway PostgreSQL with simulated workers, and the exporter serving it.",
     RENDER_RULES: "Print the Prometheus alert and recording rules, tuned by the flags below.",
     INDEXES: "Print the CREATE INDEX CONCURRENTLY statements each queue's table mapping needs.",
@@ -142,7 +155,7 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
     """The parser of one command: its own flags and the settings' flags it reads."""
     parser = _Parser(
         prog=PROG,
-        usage=_USAGE[command],
+        usage=usage(command),
         description=_DESCRIPTION[command],
         epilog=_EPILOG,
         formatter_class=_Formatter,

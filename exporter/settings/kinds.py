@@ -179,7 +179,7 @@ def parse_table(value: object) -> str:
     """A table name, optionally schema-qualified."""
     text = parse_string(value)
     if not _TABLE_RE.fullmatch(text):
-        raise ValueError(f"expected a table name such as job or queue.job, got {show(text)}")
+        raise ValueError(f"expected a table name such as job or billing.job, got {show(text)}")
     return text
 
 
@@ -378,7 +378,7 @@ SYNTAX: dict[Kind, tuple[str, str]] = {
     Kind.BOOLEAN: ("`true` / `false`", "switches: `--collect.done-count`, `--no-…`"),
     Kind.FILE: ("a path to a file", "the path"),
     Kind.DSN: ("a `postgresql://` URL", "the URL"),
-    Kind.TABLE: ("a table, optionally schema-qualified (`queue.job`)", "the name"),
+    Kind.TABLE: ("a table, optionally schema-qualified (`billing.job`)", "the name"),
     Kind.NAME: ("letters, digits and `_ . : -`, at most 64 characters", "the name"),
     Kind.JOB_TYPES: ("a mapping of `job_type` number to name", "`1=send_email,2=scrape`"),
     Kind.JSON_PATH: (

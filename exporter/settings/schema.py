@@ -94,8 +94,8 @@ class DatabaseSettings:
         optional=True,
     )  # fmt: skip
     table: str = setting(
-        Kind.TABLE, "job", "Table of the queue, optionally schema-qualified: the short form of "
-        "table.name (a table: mapping also renames its columns and status values).",
+        Kind.TABLE, "job", "Table of the queue, optionally schema-qualified (the short form "
+        "of a table: mapping, which also renames columns).",
     )  # fmt: skip
     max_connections: int = setting(
         Kind.INTEGER, 2, "Connections the exporter may hold to this database (1-10), the "
@@ -126,43 +126,39 @@ class CollectSettings:
     """What one queue's collection loop reads and how often."""
 
     interval: float = setting(
-        Kind.DURATION, 15.0, "Time between the starts of two collections.", check=positive
+        Kind.DURATION, 15.0, "Time between two collections' starts.", check=positive
     )
     timeout: float = setting(
         Kind.DURATION, 10.0, "Deadline of one whole collection (at least statement_timeout).",
         check=positive,
     )  # fmt: skip
     statement_timeout: float = setting(
-        Kind.DURATION, 5.0, "PostgreSQL statement_timeout of each query.", check=positive
+        Kind.DURATION, 5.0, "statement_timeout of each query.", check=positive
     )
     lock_timeout: float = setting(
-        Kind.DURATION, 1.0, "PostgreSQL lock_timeout of each query (at most statement_timeout)."
+        Kind.DURATION, 1.0, "lock_timeout of each query (at most statement_timeout)."
     )
     stuck_threshold: float = setting(
         Kind.DURATION, 600.0, "A job running this long with a valid lease counts as stuck.",
         check=positive,
     )  # fmt: skip
     heartbeat_timeout: float | None = setting(
-        Kind.DURATION, None, "Preset queues: a running job whose worker's (procrastinate) or "
-        "own (pgqueuer) heartbeat is older than this counts as stuck; match the library's "
-        "setting (null: its default, 30s). Oban: its Lifeline's rescue_after (null: 300s, Oban "
-        "Python's; Elixir's is 60m). pg-boss keeps each job's own; the job table ignores it.",
+        Kind.DURATION, None, "Preset queues: a running job whose heartbeat (Oban: rescue_after) "
+        "is older than this counts as stuck; null: the library's default (docs/presets.md).",
         optional=True, check=positive_or_null,
     )  # fmt: skip
     commit_lag_tolerance: float = setting(
         Kind.DURATION, 30.0, "How long a transaction may stay open and still have its changes "
-        "counted when the exporter cannot see other sessions in pg_stat_activity (grant "
-        "pg_read_all_stats and there is no limit).",
+        "counted, without pg_read_all_stats (with it: no limit).",
     )  # fmt: skip
     max_rows_per_query: int = setting(
-        Kind.INTEGER, 5000, "Changed rows read per query; a backlog is read in chunks of this "
-        "size, over as many cycles as it takes (each cycle reads for at most half of timeout).",
+        Kind.INTEGER, 5000, "Changed rows read per query: a backlog is read in such chunks, "
+        "for at most half of timeout per cycle.",
         check=at_least_one,
     )  # fmt: skip
     max_held_jobs: int = setting(
-        Kind.INTEGER, 1_000_000, "Finished jobs the change cursor may keep while a long "
-        "transaction holds the horizon back (about 360 bytes each) before it says so with "
-        "jobqueue_exporter_held_cap_exceeded and a warning; counting stays exact past it.",
+        Kind.INTEGER, 1_000_000, "Finished jobs held while a long transaction holds the "
+        "horizon back (about 360 bytes each) before a warning says so; counting stays exact.",
         check=at_least_one,
     )  # fmt: skip
     staleness_limit: float | None = setting(
@@ -172,8 +168,8 @@ class CollectSettings:
     leader_election: bool = setting(
         Kind.BOOLEAN,
         True,
-        "Elect one collector among the exporters watching the same table (a session advisory "
-        "lock); turn off only behind a transaction-pooling PgBouncer, where it cannot work.",
+        "One collector among the exporters watching the same table (an advisory lock); off "
+        "only behind a transaction-pooling PgBouncer.",
     )
     done_count: bool = setting(
         Kind.BOOLEAN, False, 'Also count DONE rows for jobqueue_jobs{status="done"} (a full scan).'
@@ -238,9 +234,8 @@ class QueueOptions:
         optional=True,
     )  # fmt: skip
     profile: str = setting(
-        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (the job table of "
-        "database.table) or a library preset (docs/presets.md), which reads the library's own "
-        "tables and ignores database.table.", choices=PROFILES,
+        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (database.table) or "
+        "a library's (docs/presets.md).", choices=PROFILES,
         aliases=PROFILE_ALIASES,
     )  # fmt: skip
 
@@ -283,8 +278,7 @@ class WebSettings:
         Kind.BOOLEAN, False, "Serve POST /-/reload (as Prometheus does with the same flag)."
     )
     systemd_socket: bool = setting(
-        Kind.BOOLEAN, False, "Serve on the sockets systemd passes (socket activation) instead "
-        "of the listen addresses.",
+        Kind.BOOLEAN, False, "Serve on the sockets systemd passes, not the listen addresses."
     )  # fmt: skip
 
 

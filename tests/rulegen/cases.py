@@ -650,6 +650,17 @@ def health_cases() -> list[Case]:
             labels=lab(),
             silent_at=("11m",),
         ),
+        # One row is enough, and it keeps the alert up for the whole hour: a typo that a rare
+        # job type hits once an hour must not slip between two windows.
+        Case(
+            "JobQueueUnmappedStatus fires on one row, 40m after, and resolves once the hour is past",
+            "JobQueueUnmappedStatus",
+            [s(unmapped, "0x20 1x200")],
+            fire_at="1h",
+            value=1,
+            labels=lab(),
+            silent_at=("1h25m",),
+        ),
         Case(
             "JobQueueUnmappedStatus stays silent on a constant count and an hour after the last row",
             "JobQueueUnmappedStatus",

@@ -195,10 +195,12 @@ def _program(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )  # fmt: skip
 
 
-def test_help_fits_200_lines_and_leaves_the_rule_flags_to_render_rules() -> None:
+def test_help_fits_the_readmes_150_lines_and_leaves_the_rule_flags_to_render_rules() -> None:
     run_help, rules_help = _program("--help"), _program("render-rules", "--help")
     assert (run_help.returncode, rules_help.returncode) == (0, 0)
-    assert len(run_help.stdout.splitlines()) <= 200
+    # The README: "lists the runtime flags (under 150 lines)", as `--help | wc -l` counts them.
+    assert len(run_help.stdout.splitlines()) < 150
+    assert run_help.stdout.startswith("usage: jobqueue-exporter [run|demo|render-rules|indexes")
     assert "--collect.interval DURATION" in run_help.stdout
     assert "--alerts." not in run_help.stdout
     assert "--alerts.stuck-for DURATION" in rules_help.stdout

@@ -570,7 +570,7 @@ def test_the_documented_queues_example_loads_with_inheritance(tmp_path: Path) ->
     orders, billing = load_text(tmp_path, example).queues
     assert (orders.name, billing.name) == ("orders", "billing")
     assert (orders.database.password, billing.database.password) == ("orders-pw", "billing-pw")
-    assert (orders.database.table, billing.database.table) == ("job", "queue.job")
+    assert (orders.database.table, billing.database.table) == ("job", "billing.job")
     assert (orders.collect.interval, billing.collect.interval) == (15.0, 30.0)
 
 
