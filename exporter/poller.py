@@ -357,9 +357,9 @@ class Poller:
         self._indexes_checked_at = self._cycle
         for name in missing:
             log.warning(
-                "index missing: per-cycle queries will scan the table; "
-                "create it from the shipped file",
-                extra={"fields": {"index": name, "file": profile.index_file}},
+                "index missing: per-cycle queries will scan the table; the command prints "
+                "the statement that creates it",
+                extra={"fields": {"index": name, "command": self.settings.index_command}},
             )
 
     def _failed(self, reason: str, message: str) -> None:

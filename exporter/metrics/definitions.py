@@ -301,8 +301,9 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
             QUEUE,
             "index",
         ),
-        "1 when an index the exporter's queries need does not exist "
-        "(see exporter/sql/indexes.sql).",
+        "1 when an index the exporter's queries need does not exist; "
+        "jobqueue-exporter indexes, given the exporter's --config.file or --database.table, "
+        "prints the statement that creates it.",
         "index check",
     ),
     _d(
