@@ -177,7 +177,10 @@ class Poller:
             ready = None
         else:
             ready = self.health.last_error or "no successful collection yet"
-        return QueueStatus(view, ready, self.last_error, self.last_error_at)
+        return QueueStatus(
+            view, ready, self.last_error, self.last_error_at,
+            profile=self.profile.name, table=self.profile.watched_table(self.settings),
+        )  # fmt: skip
 
     def retune(self) -> None:
         """Hand the counting mode the live settings of a reload (its counters are kept)."""
