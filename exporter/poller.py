@@ -82,6 +82,7 @@ class Poller:
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
+        self._reason = ""  # of the last failed collection
         if self.profile.note:
             log.info("collecting a preset queue", extra={"fields": dict(self.profile.note)})
         retention = self.profile.retention
@@ -220,7 +221,14 @@ class Poller:
                 wake_at = self._monotonic() if self.behind else next_tick
             else:
                 failures += 1
-                wake_at = started + self._backoff(failures)
+                delay = self._backoff(failures)
+                wake_at = started + delay
+                # Every failed collection, while the WARN line says only the first of a kind.
+                log.debug(
+                    f"collection failed; next try in {delay:.1f} s",
+                    extra={"fields": {"reason": self._reason, "failures": failures,
+                                      "next_try_seconds": round(delay, 3)}},
+                )  # fmt: skip
             await asyncio.sleep(max(0.0, wake_at - self._monotonic()))
 
     def _backoff(self, failures: int) -> float:
@@ -367,6 +375,7 @@ class Poller:
 
     def _failed(self, reason: str, message: str) -> None:
         health = self.health
+        self._reason = reason
         if health.up or health.last_error != message:
             log.warning("collection failed", extra={"fields": {"reason": reason, "err": message}})
         health.up = False
