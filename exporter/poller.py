@@ -225,7 +225,7 @@ class Poller:
                 wake_at = started + delay
                 # Every failed collection, while the WARN line says only the first of a kind.
                 log.debug(
-                    f"collection failed; next try in {delay:.1f} s",
+                    f"backoff after a failed collection: next try in {delay:.1f} s",
                     extra={"fields": {"reason": self._reason, "failures": failures,
                                       "next_try_seconds": round(delay, 3)}},
                 )  # fmt: skip
