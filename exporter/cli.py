@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TextIO
 
 from exporter import __version__
@@ -67,7 +69,16 @@ def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str,
         else:
             flags[key] = str(value)
     config_file = namespace.config_file or environ.get(CONFIG_FILE_ENV) or None
-    return load_settings(config_file, environ, flags)
+    settings = load_settings(config_file, environ, flags)
+    # The indexes command that resolves the same tables: the same file, the same table flag.
+    command = [PROG, INDEXES]
+    if config_file:
+        command += ["--config.file", config_file]
+    table = flags.get("database.table") or environ.get(SETTINGS["database.table"].env)
+    if table:
+        command += ["--database.table", table]
+    queues = tuple(replace(q, index_command=shlex.join(command)) for q in settings.queues)
+    return replace(settings, queues=queues)
 
 
 def systemd_sockets(environ: Mapping[str, str]) -> tuple[int, ...]:
@@ -86,15 +97,45 @@ def _write(stream: TextIO, text: str) -> None:
     stream.flush()
 
 
-def _check_config(path: str) -> int:
+def _check_config(path: str, namespace: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         check_config_file(path)
+        # Then as the start reads it (the environment and flags over the file), so a DSN from
+        # any of them lets the catalog judge the table mappings as the start would.
+        settings = settings_from_namespace(
+            argparse.Namespace(**{**vars(namespace), "config_file": path}), environ
+        )
+        verdict = _catalog_verdict(settings)
     except ConfigError as exc:
         lines = str(exc).splitlines()
         _write(sys.stderr, "\n".join(f"{path}: {line}" for line in lines))
         return EXIT_FAILED
-    _write(sys.stdout, f"{path}: OK")
+    _write(sys.stdout, f"{path}: {verdict}")
     return EXIT_OK
+
+
+def _catalog_verdict(settings: Settings) -> str:
+    """What --config.check could prove of the table mappings: the start's catalog check, run
+    on every queue with a DSN (ConfigError with the start's messages when one does not fit)."""
+    from exporter.db.catalog import check_tables
+
+    checked = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
+    if not checked:
+        why = "no DSN in the file, environment or flags to check the table mappings against"
+        if settings.queues and all(q.profile != DEFAULT_PROFILE for q in settings.queues):
+            why = "a preset's tables are checked by its first collection"
+        return f"OK (the file only: {why})"
+    import asyncio
+
+    unchecked = {u.queue: u.why for u in asyncio.run(check_tables(settings))}
+    parts = [
+        f"queue {q.name}: table {q.mapping.name} NOT checked, the database cannot be reached "
+        f"({unchecked[q.name]})"
+        if q.name in unchecked
+        else f"queue {q.name}: table {q.mapping.name} fits its database"
+        for q in checked
+    ]
+    return ("OK as a file only; " if unchecked else "OK; ") + "; ".join(parts)
 
 
 def _render_rules(
@@ -147,8 +188,9 @@ def log_start(queues: Iterable[QueueSettings]) -> None:
 
 def _print_indexes(settings: Settings) -> int:
     from exporter.counting.sqltext import index_script
+    from exporter.profiles import PRESETS
 
-    sys.stdout.write(index_script(settings.queues))
+    sys.stdout.write(index_script(settings.queues, lambda name: PRESETS[name].index_sql()))
     sys.stdout.flush()
     return EXIT_OK
 
@@ -161,7 +203,12 @@ def _checked_tables(settings: Settings) -> Settings:
 
     from exporter.db.catalog import check_tables
 
-    asyncio.run(check_tables(settings))
+    for unchecked in asyncio.run(check_tables(settings)):
+        logging.getLogger(__name__).warning(
+            "table mapping not checked now: the database cannot be reached; the first "
+            "collection checks it",
+            extra={"fields": {"queue": unchecked.queue, "err": unchecked.why}},
+        )
     return settings
 
 
@@ -197,7 +244,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _write(sys.stdout, f"{PROG} {__version__}")
         return EXIT_OK
     if getattr(namespace, "config_check", None) is not None:
-        return _check_config(namespace.config_check)
+        return _check_config(namespace.config_check, namespace, env)
     command: str = namespace.command
     if command == HEALTHCHECK:
         return _healthcheck(namespace, env)

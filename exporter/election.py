@@ -84,8 +84,13 @@ class Election:
             return True
         try:
             acquired = await self.lock.try_acquire()
-        except DatabaseError:
+        except DatabaseError as exc:
             # Unreachable: collect anyway, so the failure is counted and jobqueue_up says 0.
+            log.debug(
+                "leader election: lock not taken, the database cannot be reached; collecting "
+                "anyway to count the outage",
+                extra={"fields": {"queue": self.queue, "reason": exc.reason, "err": str(exc)}},
+            )
             self.reachable = False
             self._hold(False)
             return True
@@ -101,8 +106,9 @@ class Election:
         if holding != self.holding:
             log.debug(
                 "advisory lock taken" if holding else "advisory lock not held",
-                extra={"fields": {"queue": self.queue, "table": self.lock.table}},
-            )
+                extra={"fields": {"queue": self.queue, "table": self.lock.table,
+                                  "leader": holding}},
+            )  # fmt: skip
         self.holding = holding
 
     async def _reach(self) -> bool:
@@ -116,6 +122,10 @@ class Election:
         try:
             acquired = await self.lock.try_acquire()
         except DatabaseError as exc:
+            log.debug(
+                f"leader election: lock attempt failed; next try in {self.retry:.1f} s",
+                extra={"fields": {"queue": self.queue, "reason": exc.reason, "err": str(exc)}},
+            )
             if self.reachable or self.last_error != str(exc):
                 log.warning(
                     "leader election: cannot reach the database",
@@ -126,6 +136,11 @@ class Election:
             return
         self.reachable = True
         self.last_error = None
+        if not acquired:
+            log.debug(
+                f"leader election: another exporter holds the lock; next try in {self.retry:.1f} s",
+                extra={"fields": {"queue": self.queue, "table": self.lock.table}},
+            )
         self._hold(acquired)
         if acquired:
             self._set(True, "took the queue's advisory lock")

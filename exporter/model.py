@@ -324,6 +324,8 @@ class QueueStatus:
     ready: str | None  # None when ready, else why not
     last_error: str | None  # the last failure, kept after recovery (the view's clears)
     last_error_at: float | None  # Unix time, exporter clock
+    profile: str = "default"  # the queue's profile (queue.profile)
+    table: str = "job"  # the table it reads (a preset's main table)
 
 
 @dataclass(frozen=True)

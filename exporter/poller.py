@@ -82,6 +82,7 @@ class Poller:
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
+        self._reason = ""  # of the last failed collection
         if self.profile.note:
             log.info("collecting a preset queue", extra={"fields": dict(self.profile.note)})
         retention = self.profile.retention
@@ -177,7 +178,10 @@ class Poller:
             ready = None
         else:
             ready = self.health.last_error or "no successful collection yet"
-        return QueueStatus(view, ready, self.last_error, self.last_error_at)
+        return QueueStatus(
+            view, ready, self.last_error, self.last_error_at,
+            profile=self.profile.name, table=self.profile.watched_table(self.settings),
+        )  # fmt: skip
 
     def retune(self) -> None:
         """Hand the counting mode the live settings of a reload (its counters are kept)."""
@@ -217,7 +221,14 @@ class Poller:
                 wake_at = self._monotonic() if self.behind else next_tick
             else:
                 failures += 1
-                wake_at = started + self._backoff(failures)
+                delay = self._backoff(failures)
+                wake_at = started + delay
+                # Every failed collection, while the WARN line says only the first of a kind.
+                log.debug(
+                    f"backoff after a failed collection: next try in {delay:.1f} s",
+                    extra={"fields": {"reason": self._reason, "failures": failures,
+                                      "next_try_seconds": round(delay, 3)}},
+                )  # fmt: skip
             await asyncio.sleep(max(0.0, wake_at - self._monotonic()))
 
     def _backoff(self, failures: int) -> float:
@@ -359,13 +370,14 @@ class Poller:
         self._indexes_checked_at = self._cycle
         for name in missing:
             log.warning(
-                "index missing: per-cycle queries will scan the table; "
-                "create it from the shipped file",
-                extra={"fields": {"index": name, "file": profile.index_file}},
+                "index missing: per-cycle queries will scan the table; the command prints "
+                "the statement that creates it",
+                extra={"fields": {"index": name, "command": self.settings.index_command}},
             )
 
     def _failed(self, reason: str, message: str) -> None:
         health = self.health
+        self._reason = reason
         if health.up or health.last_error != message:
             log.warning("collection failed", extra={"fields": {"reason": reason, "err": message}})
         health.up = False

@@ -71,7 +71,6 @@ ACTIVE_INDEX = "job_exporter_active_idx"
 UPDATED_AT_INDEX = "job_exporter_updated_at_idx"
 DEAD_INDEX = "job_exporter_dead_idx"
 REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
-INDEX_FILE = "exporter/sql/indexes.sql"
 
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).

@@ -8,7 +8,7 @@ replacing the reference's names in its statements. No I/O beyond reading the pac
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -167,18 +167,27 @@ def index_names(mapping: TableMapping) -> tuple[str, ...]:
     return tuple(statement.name for statement in index_statements(mapping))
 
 
-def index_script(queues: Sequence[QueueSettings]) -> str:
-    """The CREATE INDEX CONCURRENTLY statements every default-profile queue's table needs, each
-    with its reason, once per table: what ``jobqueue-exporter indexes`` prints."""
+def index_script(
+    queues: Sequence[QueueSettings], preset_sql: Callable[[str], str | None] = lambda _: None
+) -> str:
+    """The CREATE INDEX CONCURRENTLY statements every queue's table needs, each with its reason,
+    once per table: what ``jobqueue-exporter indexes`` prints. ``preset_sql`` gives a preset
+    profile's statements (None: it needs none)."""
     out = [
-        "-- The exporter's indexes for each queue's table (exporter/sql/indexes.sql, rendered",
-        "-- for its table: mapping). CONCURRENTLY does not block the queue's writes; each",
-        "-- statement runs on its own, outside a transaction, as psql -f runs them.",
+        "-- The exporter's indexes for each queue's table, named after the table. CONCURRENTLY",
+        "-- does not block the queue's writes; each statement runs on its own, outside a",
+        "-- transaction, as psql -f runs them.",
     ]
-    done: set[str] = set()
+    done: set[str] = set()  # tables, and presets as "preset NAME" (no table has a space)
     for queue in queues:
         if queue.profile != DEFAULT_PROFILE:
             out += ["", f"-- Queue {queue.name}: the {queue.profile} preset (docs/presets.md)."]
+            if f"preset {queue.profile}" in done:
+                out.append("-- (the same preset as an earlier queue: its indexes are above)")
+                continue
+            done.add(f"preset {queue.profile}")
+            sql = preset_sql(queue.profile)
+            out += ["", sql.strip()] if sql else ["-- It needs no index of the exporter's own."]
             continue
         mapping = queue.mapping
         out += ["", f"-- Queue {queue.name}: table {mapping.name}."]

@@ -9,7 +9,6 @@ YAML line of the mistake, and the table's real columns.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from exporter.counting.sqltext import TableShape
-from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, translate
+from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, connect, translate
 from exporter.settings import ConfigError, QueueSettings, Settings
 from exporter.settings.table import (
     ENUM,
@@ -33,7 +32,7 @@ from exporter.settings.table import (
 from exporter.settings.yamlfile import suggest
 from exporter.vocabulary import DEFAULT_PROFILE, Status
 
-log = logging.getLogger(__name__)
+MAPPING_DOCS = 'docs/configuration.md, "A home-grown table"'
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
@@ -83,47 +82,74 @@ async def inspect_table(database: Database, mapping: TableMapping) -> TableShape
     try:
         return check_mapping(mapping, columns)
     except MappingError as exc:
-        raise DatabaseError("schema", f"the table mapping does not fit the table:\n{exc}") from None
+        raise DatabaseError("schema", str(exc)) from None
 
 
 def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableShape:
     """The table's shape, or MappingError naming every mistake with its field and line."""
+    if columns is None:
+        raise MappingError(missing_table(mapping))
     problems: list[str] = []
 
     def fail(path: str, message: str) -> None:
         key, line = mapping.where(path)
         problems.append(f"{key}: {message}{line}")
 
-    if columns is None:
-        fail("name", f"table {mapping.name} does not exist (or this role may not see it)")
-        raise MappingError("\n".join(problems))
     found = {c.name: c for c in columns}
-    real = ", ".join(c.name for c in columns) or "none"
+    # Roles left at their reference names are reported together: after a bare
+    # --database.table every one of them may be missing, and one line says it.
+    unnamed: list[str] = []
     for role in ROLES:
         name = mapping.column(role)
         if role in UNREAD_ROLES and role not in mapping.named:
             continue
         column = found.get(name)
         if column is None:
-            fail(
-                f"columns.{role}",
-                f"{mapping.name} has no column {name!r}{suggest(name, list(found))}; "
-                f"its columns: {real}",
-            )
+            if role in mapping.named:
+                fail(f"columns.{role}", f"no column {name!r}{suggest(name, list(found))}")
+            else:
+                unnamed.append(name + suggest(name, list(found)))
             continue
         usable = USABLE.get(role)
         if usable is not None and column.base not in usable:
             wanted = TIME_WHY if usable == TIME_TYPES else "one of " + ", ".join(sorted(usable))
             fail(f"columns.{role}", f"column {name} is {column.declared}; {role} needs {wanted}")
+    if unnamed:
+        reference = "the reference names: a role a table: mapping does not name"
+        fail("columns", f"no column {', '.join(unnamed)} ({reference})")
     status = found.get(mapping.column("status"))
     if status is not None:
         _check_status_values(mapping, status, fail)
     if problems:
-        raise MappingError("\n".join(problems))
+        real = ", ".join(c.name for c in columns) or "none"
+        lines = [f"the table mapping does not fit table {mapping.name}:", *problems]
+        lines.append(f"{mapping.name} has the columns {real}")
+        if unnamed:
+            lines.append(
+                f"Name the columns that play each role in a table: mapping ({MAPPING_DOCS})."
+            )
+        raise MappingError("\n".join(lines))
     job_id = found[mapping.column("job_id")]
     job_type = found[mapping.column("job_type")]
     padded = found[mapping.column("status")].base == "bpchar"
     return TableShape(job_id.base, job_type.base not in INTEGER_TYPES, padded)
+
+
+def missing_table(mapping: TableMapping) -> str:
+    """What to say when the mapped table does not exist: the table and the columns looked for,
+    and the two ways to point the exporter at the queue's real table."""
+    key, line = mapping.where("name")
+    wanted = ", ".join(
+        mapping.column(role) for role in ROLES if role not in UNREAD_ROLES or role in mapping.named
+    )
+    return "\n".join(
+        (
+            f"{key}: table {mapping.name} does not exist (or this role may not see it){line}",
+            f"  the exporter looks for a table with the columns {wanted}",
+            "  jobs in a table of another name: --database.table NAME (database.table in the file)",
+            f"  columns of other names too: a table: mapping ({MAPPING_DOCS})",
+        )
+    )
 
 
 def _check_status_values(
@@ -145,12 +171,21 @@ def _check_status_values(
             )
 
 
-async def _check_one(queue: QueueSettings) -> str | None:
-    """The catalog's verdict on one queue's mapping: None when it fits or cannot be asked."""
+@dataclass(frozen=True)
+class Unchecked:
+    """A queue whose mapping the catalog could not judge now, and why (password-free)."""
+
+    queue: str
+    why: str
+
+
+async def _check_one(queue: QueueSettings) -> str | Unchecked | None:
+    """The catalog's verdict on one queue's mapping: None when it fits, the mistakes, or
+    Unchecked when the catalog cannot be asked."""
     assert queue.database.dsn is not None
     mapping = queue.mapping
     try:
-        conn = await asyncpg.connect(
+        conn = await connect(
             queue.database.dsn,
             timeout=queue.database.connect_timeout,
             command_timeout=queue.collect.statement_timeout,
@@ -160,35 +195,26 @@ async def _check_one(queue: QueueSettings) -> str | None:
             },
         )
     except Exception as exc:
-        # A database that is down must not keep the exporter from serving jobqueue_up 0: the
-        # first collection that reaches it checks the mapping instead.
-        log.warning(
-            "table mapping not checked now: the database cannot be reached; the first "
-            "collection checks it",
-            extra={"fields": {"queue": queue.name, "err": f"{type(exc).__name__}: {exc}"}},
-        )
-        return None
+        return Unchecked(queue.name, str(translate(exc)))
     try:
         check_mapping(mapping, await read_columns(conn, mapping))
     except MappingError as exc:
-        return f"queue {queue.name}: the table mapping does not fit the table:\n{exc}"
+        return f"queue {queue.name}: {exc}"
     except (asyncpg.PostgresError, OSError, TimeoutError) as exc:
-        log.warning(
-            "table mapping not checked now: the catalog query failed; the first collection "
-            "checks it",
-            extra={"fields": {"queue": queue.name, "err": f"{type(exc).__name__}: {exc}"}},
-        )
+        return Unchecked(queue.name, str(translate(exc)))
     finally:
         await conn.close()
     return None
 
 
-async def check_tables(settings: Settings) -> None:
+async def check_tables(settings: Settings) -> list[Unchecked]:
     """Check every default-profile queue's table mapping against its database's catalog, all at
-    once; ConfigError naming each mistake (field, YAML line, real columns). A database that
-    cannot be reached is not an error: it is checked at its first collection."""
+    once; ConfigError naming each mistake (field, YAML line, real columns). The queues whose
+    catalog could not be asked (a database down) are returned, not raised: a database that is
+    down must not keep the exporter from serving jobqueue_up 0."""
     queues = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
     verdicts = await asyncio.gather(*(_check_one(queue) for queue in queues))
-    problems = [verdict for verdict in verdicts if verdict is not None]
+    problems = [verdict for verdict in verdicts if isinstance(verdict, str)]
     if problems:
         raise ConfigError("\n".join(problems))
+    return [verdict for verdict in verdicts if isinstance(verdict, Unchecked)]

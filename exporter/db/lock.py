@@ -10,9 +10,14 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-import asyncpg
-
-from exporter.db.pool import APPLICATION_NAME, ConnectOptions, DatabaseError, quote_table, translate
+from exporter.db.pool import (
+    APPLICATION_NAME,
+    ConnectOptions,
+    DatabaseError,
+    connect,
+    quote_table,
+    translate,
+)
 from exporter.vocabulary import SCHEMA
 
 # 'JQEX': the first key of the two-int advisory lock, so ours never collides with locks the
@@ -135,8 +140,8 @@ class LockSession:
         if self._conn is None or self._conn.is_closed():
             opts = self.options
             self._keys.clear()  # looked up again on the new session
-            self._conn = await asyncpg.connect(
-                dsn=opts.dsn,
+            self._conn = await connect(
+                opts.dsn,
                 timeout=opts.connect_timeout,
                 server_settings={
                     "application_name": APPLICATION_NAME,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,11 +18,13 @@ from typing import Any
 import asyncpg
 
 from exporter.counting.sqltext import REFERENCE_SHAPE, TableShape, render_queries
+from exporter.settings.secrets import dsn_target
 from exporter.settings.table import TableMapping
 from exporter.settings.table import quote_table as quote_table
 from exporter.vocabulary import SCHEMA
 
 APPLICATION_NAME = "jobqueue-exporter"
+log = logging.getLogger(__name__)
 
 
 class DatabaseError(Exception):
@@ -29,6 +33,30 @@ class DatabaseError(Exception):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+async def connect(dsn: str, *args: Any, **kwargs: Any) -> Any:
+    """asyncpg.connect, with a DEBUG line for the attempt and its outcome: while a database
+    cannot be reached, these are what --log.level=debug adds (the target, never the DSN)."""
+    target = dsn_target(dsn)
+    log.debug("connecting to the database", extra={"fields": {"target": target}})
+    started = time.monotonic()
+    try:
+        conn = await asyncpg.connect(dsn, *args, **kwargs)
+    except BaseException as exc:
+        error = translate(exc) if isinstance(exc, Exception) else exc
+        log.debug(
+            "connect failed",
+            extra={"fields": {"target": target, "err": str(error) or type(exc).__name__,
+                              "duration_seconds": round(time.monotonic() - started, 3)}},
+        )  # fmt: skip
+        raise
+    log.debug(
+        "connected",
+        extra={"fields": {"target": target,
+                          "duration_seconds": round(time.monotonic() - started, 3)}},
+    )  # fmt: skip
+    return conn
 
 
 def load_queries(table: str | TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
@@ -66,6 +94,7 @@ class Database:
                 # min_size=0: the exporter starts (and serves /metrics) with the database down.
                 self._pool = await asyncpg.create_pool(
                     dsn=opts.dsn,
+                    connect=connect,
                     min_size=0,
                     max_size=opts.max_connections,
                     timeout=opts.connect_timeout,

@@ -302,12 +302,10 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
     _d(
         "jobqueue_exporter_missing_index",
         "gauge",
-        (
-            QUEUE,
-            "index",
-        ),
-        "1 when an index the exporter's queries need does not exist "
-        "(see exporter/sql/indexes.sql).",
+        (QUEUE, "index"),
+        "1 when an index the exporter's queries need does not exist; "
+        "jobqueue-exporter indexes, given the exporter's --config.file or --database.table, "
+        "prints the statement that creates it.",
         "index check",
     ),
     _d(

@@ -81,7 +81,6 @@ class Profile:
     name: str
     coverage: Coverage  # the series it can fill
     required_indexes: tuple[str, ...]
-    index_file: str | None  # where the required indexes are created, for the warning
     # The table that must exist; its OID keys the queue's election lock.
     watched_table: Callable[[QueueSettings], str]
     make_labels: Callable[[QueueSettings], JobTypeLabels]

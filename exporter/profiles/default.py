@@ -17,7 +17,7 @@ from exporter.model import Coverage, JobTypeLabels, Tallies
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
-from exporter.vocabulary import DEFAULT_PROFILE, INDEX_FILE, REQUIRED_INDEXES
+from exporter.vocabulary import DEFAULT_PROFILE, REQUIRED_INDEXES
 
 
 def _paths(settings: QueueSettings) -> ResultPaths:
@@ -98,7 +98,6 @@ DEFAULT = Profile(
     coverage=Coverage(),
     settings_coverage=_coverage,
     required_indexes=REQUIRED_INDEXES,
-    index_file=INDEX_FILE,
     watched_table=lambda settings: settings.database.table,
     make_labels=_labels,
     make_mode=_mode,

@@ -62,12 +62,10 @@ def preset_profile(preset: Preset) -> Profile:
         reader = preset.make_reader(settings.collect.heartbeat_timeout, Ledger(labels, tallies))
         return PresetMode(reader, labels, coverage)
 
-    index_file = f"exporter/profiles/sql/{preset.index_file}" if preset.index_file else None
     return Profile(
         name=preset.name,
         coverage=coverage,
         required_indexes=preset.required_indexes,
-        index_file=index_file,
         watched_table=lambda settings: preset.table,
         make_labels=labels,
         make_mode=mode,

@@ -119,7 +119,8 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             "severity": "info",
             "summary": "An index the exporter's queries need is missing.",
             "description": "Index {{ $labels.index }} is missing on the table of queue "
-            f"{QUEUE} in {JOB} (missing_index = {{{{ $value }}}}); see exporter/sql/indexes.sql.",
+            f"{QUEUE} in {JOB} (missing_index = {{{{ $value }}}}); `jobqueue-exporter indexes` "
+            "with the exporter's --config.file prints the statement that creates it.",
         },
         {
             "name": "JobQueueLabelCapReached",

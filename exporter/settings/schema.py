@@ -15,7 +15,7 @@ from exporter.settings.kinds import Kind, parse_listen_address
 from exporter.settings.secrets import dsn_password, redact_dsn
 from exporter.settings.spec import setting
 from exporter.settings.table import TableMapping
-from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES
+from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES, PROJECT
 
 DSN_ENV = "JOBQUEUE_EXPORTER_DSN"
 DSN_FALLBACK_ENV = "DATABASE_URL"
@@ -250,6 +250,9 @@ class QueueSettings:
     profile: str = DEFAULT_PROFILE
     # The default profile's columns and status values; database.table names the table.
     table: TableMapping = field(default_factory=TableMapping)
+    # The command that prints this queue's CREATE INDEX statements, with the flags that
+    # resolve its table as this process did (what the missing-index warning tells to run).
+    index_command: str = field(default=f"{PROJECT} indexes", compare=False)
 
     @property
     def mapping(self) -> TableMapping:

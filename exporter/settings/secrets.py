@@ -77,6 +77,21 @@ def dsn_without_password(dsn: str) -> str:
     return urllib.parse.urlunsplit(split._replace(netloc=netloc, query=query))
 
 
+def dsn_target(dsn: str) -> str:
+    """``host:port/dbname`` of a URL DSN, for log lines: where it connects, no user, no secret."""
+    try:
+        split = urllib.parse.urlsplit(dsn)
+    except ValueError:
+        return "(unparsable DSN)"
+    hosts = split.netloc.rpartition("@")[2]
+    if not hosts:
+        query = dict(urllib.parse.parse_qsl(split.query))
+        hosts = query.get("host", "")
+        if hosts and query.get("port"):
+            hosts += ":" + query["port"]
+    return f"{hosts or 'localhost'}/{dsn_database(dsn) or ''}"
+
+
 SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 _IPV6_HOST_RE = re.compile(r"\[[^\]]+\](?::(?P<port>.*))?")
 

@@ -1,8 +1,9 @@
 """The page at ``/``: what a person opening the exporter's port needs to see at a glance.
 
-Version, uptime, the configuration's last load, and one row per queue: up or down, leader or
-standby, last success, last error, collection time, tracked jobs and jobs by status. One
-self-contained HTML document (inline CSS, no script, no external asset), every value escaped.
+Version, uptime, the configuration's last load, and one row per queue: the table and profile it
+reads, up or down, leader or not (as jobqueue_exporter_leader says), last success, last error,
+collection time, tracked jobs and jobs by status. One self-contained HTML document (inline CSS,
+no script, no external asset), every value escaped.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}td.s{white-space:nowrap}
 .up{background:#d7f5dd;color:#0f6b26}.down{background:#fde0df;color:#a3211b}
 .standby{background:#e8eaee;color:#4a5260}.leader{background:#dbe9fb;color:#164f94}
 .err{color:#a3211b;max-width:28em;word-break:break-word}.muted{color:#8a919c}
+.reads{white-space:nowrap;font-size:12px}
 .banner{padding:8px 12px;border-radius:6px;margin:0 0 14px;background:#fde0df;color:#a3211b}
 """
 
@@ -132,7 +134,7 @@ def _unmapped(view: QueueView) -> str:
 def _queue_row(status: QueueStatus, now: float) -> str:
     view = status.view
     state = "up" if view.up else "down"
-    role = "leader" if view.collector else "standby"
+    role, role_class, role_why = _role(view)
     why = ""
     if status.ready is not None:
         # The reason is usually the last error, shown beside it: say it once.
@@ -150,10 +152,11 @@ def _queue_row(status: QueueStatus, now: float) -> str:
     # Job types are the table's text when it has text ones: whoever enqueues writes them.
     folded = f", {view.folded:,} folded into other" if view.folded else ""
     types = html.escape(" | ".join(view.labels) + folded, quote=True)
+    reads = f"{html.escape(status.table)} · profile {html.escape(status.profile)}"
     cells = [
-        f"<td><b>{html.escape(view.queue)}</b></td>",
+        f'<td><b>{html.escape(view.queue)}</b><div class="muted reads">{reads}</div></td>',
         f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
-        f'<td><span class="badge {role}">{role}</span></td>',
+        f'<td class="s"><span class="badge {role_class}" title="{role_why}">{role}</span></td>',
         f"<td>{_when(now, view.health.last_success_at)}</td>",
         f"<td>{error}{_unmapped(view)}</td>",
         f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
@@ -162,6 +165,18 @@ def _queue_row(status: QueueStatus, now: float) -> str:
         *(f'<td class="n">{cell}</td>' for cell in _counts(view)),
     ]
     return f'<tr id="queue-{html.escape(view.queue)}">' + "".join(cells) + "</tr>"
+
+
+def _role(view: QueueView) -> tuple[str, str, str]:
+    """The role badge: its text, class and tooltip, read from what jobqueue_exporter_leader
+    says, so the page and /metrics never disagree."""
+    if not view.collector:
+        return "standby", "standby", "another exporter holds the queue's advisory lock"
+    if view.leader:
+        return "leader", "leader", "this exporter collects the queue (jobqueue_exporter_leader 1)"
+    # It goes on collecting so the outage is counted, but it holds no lock and leads nothing.
+    why = "no advisory lock held: the database has not been reached (jobqueue_exporter_leader 0)"
+    return "not leader", "standby", why
 
 
 _HEAD = (

@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import struct
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -64,6 +65,12 @@ async def fill(dsn: str) -> None:
         await conn.close()
 
 
+def fetch_text(url: str) -> str:
+    """The body of a GET."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     assert data[12:16] == b"IHDR"
@@ -93,6 +100,7 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
         await service.queue("orders").poller.wait_for_success()
         await service.queue("billing").poller.wait_for_collections(1)
         url = f"http://127.0.0.1:{service.port}/"
+        metrics = await asyncio.to_thread(fetch_text, f"{url}metrics")
         dom = await chromium(url, tmp_path / "profile", "--dump-dom")
         shot = tmp_path / "status.png"
         await chromium(
@@ -103,9 +111,13 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
 
     rows = RenderedPage(dom.decode()).rows
     assert set(rows) == {"orders", "billing"}
-    assert rows["orders"][:3] == ["orders", "up", "leader"]
-    assert rows["billing"][:2] == ["billing", "down"]
+    assert rows["orders"][:4] == ["orders", "job · profile default", "up", "leader"]
+    assert rows["billing"][:3] == ["billing", "job · profile default", "down"]
     assert any("connection" in cell for cell in rows["billing"])  # why it is down
+    # The badge says what /metrics says: billing's database was never reached, so no lock.
+    assert 'jobqueue_exporter_leader{queue="orders"} 1.0' in metrics
+    assert 'jobqueue_exporter_leader{queue="billing"} 0.0' in metrics
+    assert RenderedPage(dom.decode()).cells["billing"]["role"] == "not leader"
     orders = RenderedPage(dom.decode()).cells["orders"]
     assert (orders["pending"], orders["running"], orders["dead"]) == ("34", "4", "2"), orders
 

@@ -43,12 +43,17 @@ def down(name: str = "mails") -> QueueStatus:
 def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> None:
     parsed = RenderedPage(page(healthy(), down()))
     orders, mails = parsed.rows["orders"], parsed.rows["mails"]
-    assert orders[:4] == ["orders", "up", "leader", "12 s ago"]
+    assert orders[:5] == ["orders", "job · profile default", "up", "leader", "12 s ago"]
     assert "none" in orders  # no error
     # collection time, tracked jobs, job types, pending, running, dead, done (not counted),
     # stuck, oldest
-    assert orders[5:] == ["4.2 ms", "4", "2", "3", "1", "4", DASH, "1", "12 s"]
-    assert mails[:3] == ["mails", "down", "not ready"]  # why: the last error, beside it
+    assert orders[6:] == ["4.2 ms", "4", "2", "3", "1", "4", DASH, "1", "12 s"]
+    assert mails[:4] == [
+        "mails",
+        "job · profile default",
+        "down",
+        "not ready",
+    ]  # why: the last error, beside it
     assert "connection failed: refused" in mails
     assert "5 s ago" in mails
     assert "never" in mails  # no success yet
@@ -68,7 +73,7 @@ def test_header_shows_version_uptime_readiness_and_links() -> None:
 
 def test_a_reason_other_than_the_last_error_is_named() -> None:
     status = QueueStatus(down().view, "no successful collection yet", None, None)
-    assert RenderedPage(page(status)).rows["mails"][2] == "not ready: no successful collection yet"
+    assert RenderedPage(page(status)).rows["mails"][3] == "not ready: no successful collection yet"
 
 
 def test_a_standby_says_so() -> None:
@@ -76,7 +81,28 @@ def test_a_standby_says_so() -> None:
     standby = QueueStatus(
         view(leader=False, collector=False, snapshot=None, tallies=None), None, None, None
     )
-    assert RenderedPage(page(status, standby)).rows["orders"][2] == "standby"
+    assert RenderedPage(page(status, standby)).rows["orders"][3] == "standby"
+
+
+def test_the_role_badge_says_what_jobqueue_exporter_leader_says() -> None:
+    # Collecting (to count the outage) without ever reaching the database: no lock is held, so
+    # /metrics says jobqueue_exporter_leader 0, and the page must not say "leader".
+    never = down()
+    never = replace(never, view=replace(never.view, leader=False, collector=True))
+    cells = RenderedPage(page(never)).cells["mails"]
+    assert cells["role"] == "not leader"
+    assert 'title="no advisory lock held: the database has not been reached' in page(never)
+    assert RenderedPage(page(healthy())).cells["orders"]["role"] == "leader"
+
+
+def test_each_queue_names_the_table_and_profile_it_reads() -> None:
+    tasks = QueueStatus(
+        healthy("tasks").view, None, None, None, profile="procrastinate", table="procrastinate_jobs"
+    )
+    mapped = QueueStatus(healthy().view, None, None, None, table="ops.work_items")
+    parsed = RenderedPage(page(tasks, mapped))
+    assert parsed.cells["tasks"]["queue"] == "tasks procrastinate_jobs · profile procrastinate"
+    assert parsed.cells["orders"]["queue"] == "orders ops.work_items · profile default"
 
 
 def test_a_failed_reload_is_a_banner_naming_the_error() -> None:
@@ -124,4 +150,4 @@ def test_a_preset_queue_shows_dashes_for_what_its_profile_cannot_tell() -> None:
     parsed = RenderedPage(page(QueueStatus(v, None, None, None)))
     # tracked jobs (no tracker), job types, then pending, running, dead (held: not
     # exported), done
-    assert parsed.rows["tasks"][6:11] == [DASH, "2", "3", "1", DASH]
+    assert parsed.rows["tasks"][7:12] == [DASH, "2", "3", "1", DASH]

@@ -238,20 +238,66 @@ def test_the_catalog_check_names_each_mistake_with_its_line_and_the_real_columns
         check_mapping(queue.mapping, TASKS_COLUMNS)
     path = tmp_path / "config.yml"
     found = str(info.value).splitlines()
-    assert found[0].startswith(
-        "queues[0].table.columns.result: app.tasks has no column 'outptu' (did you mean output?)"
-        "; its columns: id, kind, state, prio, tries,"
+    assert found[0] == "the table mapping does not fit table app.tasks:"
+    assert found[1] == (
+        f"queues[0].table.columns.result: no column 'outptu' (did you mean output?) ({path}:8)"
     )
-    assert found[0].endswith(f"({path}:8)")
-    assert found[1].startswith(
+    assert found[2].startswith(
         "queues[0].table.columns.updated_at: column changed_at is timestamp without time zone; "
         "updated_at needs timestamp with time zone"
     )
-    assert found[2] == (
+    assert found[3] == (
         "queues[0].table.status_values.done: 'finshed' is not a value of task_state "
         f"(did you mean finished?); its values: queued, active, finished, failed ({path}:10)"
     )
-    assert len(found) == 3
+    # The real columns once, after the mistakes, not repeated on each of them.
+    assert found[4] == "app.tasks has the columns " + ", ".join(c.name for c in TASKS_COLUMNS)
+    assert len(found) == 5
+
+
+def test_a_bare_table_name_reports_the_missing_reference_columns_on_one_line(
+    tmp_path: Path,
+) -> None:
+    # --database.table alone: every role keeps its reference name, and most are missing.
+    (queue,) = load(tmp_path, "{}\n", **{"database.table": "app.tasks"}).queues
+    with pytest.raises(MappingError) as info:
+        check_mapping(queue.mapping, TASKS_COLUMNS)
+    found = str(info.value).splitlines()
+    assert found[0] == "the table mapping does not fit table app.tasks:"
+    assert found[1].startswith(
+        "table.columns: no column job_id, job_type, status (did you mean state?), attempts, "
+    )
+    assert found[1].endswith("(the reference names: a role a table: mapping does not name)")
+    assert found[2] == "app.tasks has the columns " + ", ".join(c.name for c in TASKS_COLUMNS)
+    assert found[3] == (
+        "Name the columns that play each role in a table: mapping "
+        '(docs/configuration.md, "A home-grown table").'
+    )
+    assert len(found) == 4
+    assert str(info.value).count("inserted_at") == 1  # the real columns, once
+
+
+def test_a_missing_table_is_one_error_with_the_columns_and_both_ways_out(tmp_path: Path) -> None:
+    (queue,) = load(tmp_path, "{}\n").queues
+    with pytest.raises(MappingError) as info:
+        check_mapping(queue.mapping, None)
+    found = str(info.value).splitlines()
+    assert found == [
+        "table.name: table job does not exist (or this role may not see it)",
+        "  the exporter looks for a table with the columns job_id, job_type, status, attempts, "
+        "max_attempts, lease_until, run_after, run_started_at, result, last_error, created_at, "
+        "updated_at",
+        "  jobs in a table of another name: --database.table NAME (database.table in the file)",
+        '  columns of other names too: a table: mapping (docs/configuration.md, "A home-grown '
+        'table")',
+    ]
+    # A mapped table is looked for under its own column names, with the mapping's line.
+    (mapped,) = load(tmp_path, MAPPING_YAML).queues
+    with pytest.raises(MappingError) as info:
+        check_mapping(mapped.mapping, None)
+    text = str(info.value)
+    assert text.startswith("queues[0].table.name: table app.tasks does not exist")
+    assert "the columns id, kind, state, prio, tries, max_tries, locked_by," in text
 
 
 def test_the_catalog_gives_the_shape_and_checks_status_types(tmp_path: Path) -> None:
