@@ -276,11 +276,12 @@ def health_row() -> list[dict[str, Any]]:
             "JobQueue alerts firing now in Prometheus (ALERTS). 0 is healthy; see the "
             "runbook for each alert.",
             "short",
-            # Aggregated alerts carry no instance label, hence the empty alternative.
+            # Aggregated alerts carry no instance label, and an alert on a whole scrape job no
+            # queue label, hence the empty alternatives.
             [
                 target(
                     'count(ALERTS{alertname=~"JobQueue.*", alertstate="firing", '
-                    'instance=~"$instance|"})'
+                    'job=~"$job", queue=~"$queue|", instance=~"$instance|"})'
                 )
             ],
             width=3,
@@ -841,7 +842,10 @@ def build_dashboard() -> dict[str, Any]:
                 {
                     "datasource": DATASOURCE,
                     "enable": True,
-                    "expr": 'ALERTS{alertstate="firing", component="jobqueue", queue=~"$queue|"}',
+                    "expr": (
+                        'ALERTS{alertstate="firing", component="jobqueue", job=~"$job", '
+                        'queue=~"$queue|"}'
+                    ),
                     "iconColor": "red",
                     "name": "JobQueue alerts",
                     "step": "60s",
