@@ -1,4 +1,4 @@
-"""Generate deploy/kubernetes/grafana-dashboard.yaml: the dashboard for Grafana's sidecar.
+"""Generate deploy/kubernetes/monitoring/grafana-dashboard.yaml, the dashboard for the sidecar.
 
 kube-prometheus-stack's Grafana runs a sidecar that loads every ConfigMap labelled
 ``grafana_dashboard: "1"`` as a dashboard. The ConfigMap holds dashboards/jobqueue.json

@@ -34,7 +34,7 @@ import yaml
 # Run as a script: the repository root is not on sys.path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dashboards import render_preview
-from exporter.demo import Cluster, Fleet, FleetConfig, prepare_database
+from exporter.demo import DEMO_JOB_TYPES, Cluster, Fleet, FleetConfig, prepare_database
 from exporter.demo.cluster import free_port
 from exporter.rules import render_rules
 from exporter.service import Service
@@ -109,8 +109,13 @@ async def record(minutes: float, data: Path) -> None:
         dsn = cluster.dsn("jobqueue")
         await prepare_database(dsn)
         queue = QueueSettings(name="jobqueue")
+        queue = replace(
+            queue,
+            database=replace(queue.database, dsn=dsn),
+            collect=replace(queue.collect, job_types=DEMO_JOB_TYPES),
+        )
         settings = Settings(
-            queues=(replace(queue, database=replace(queue.database, dsn=dsn)),),
+            queues=(queue,),
             web=WebSettings(listen_address=("127.0.0.1:0",)),
         )
         service = Service(settings)

@@ -8,13 +8,14 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 
 from exporter.demo.cluster import Cluster, ClusterError
-from exporter.demo.fleet import Fleet, FleetConfig
+from exporter.demo.fleet import DEMO_JOB_TYPES, Fleet, FleetConfig
 from exporter.demo.queue import JobQueue, prepare_database
 from exporter.demo.tally import Tally
 from exporter.service import serve
 from exporter.settings import QueueSettings, Settings
 
 __all__ = [
+    "DEMO_JOB_TYPES",
     "Cluster",
     "ClusterError",
     "Fleet",
@@ -54,10 +55,15 @@ async def demo_environment(
 
 
 def demo_queue(settings: Settings, dsn: str) -> QueueSettings:
-    """The demo's queue: the first configured one (or the defaults) pointed at the demo database."""
+    """The demo's queue: the first configured one (or the defaults) pointed at the demo database.
+
+    Job types the settings leave unnamed get the fleet's names (send_email, render_pdf, ...).
+    """
     queue = settings.queues[0] if settings.queues else QueueSettings(name=DEMO_DATABASE)
     name = queue.name if queue.database.dsn is None and queue.name != "default" else DEMO_DATABASE
-    return replace(queue, name=name, database=replace(queue.database, dsn=dsn, password_file=None))
+    collect = replace(queue.collect, job_types=queue.collect.job_types or DEMO_JOB_TYPES)
+    database = replace(queue.database, dsn=dsn, password_file=None)
+    return replace(queue, name=name, database=database, collect=collect)
 
 
 def run_demo(settings: Settings) -> int:

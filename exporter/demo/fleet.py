@@ -29,6 +29,16 @@ log = logging.getLogger(__name__)
 # worker that priced nothing), and its run time then comes from the row.
 MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
 
+# Label names the demo gives its job types (the job_types setting), so that its metrics,
+# dashboard and alerts read like a real deployment's rather than "1" to "5".
+DEMO_JOB_TYPES = {
+    1: "send_email",
+    2: "render_pdf",
+    3: "resize_image",
+    4: "sync_crm",
+    5: "charge_card",
+}
+
 
 @dataclass(frozen=True)
 class FleetConfig:
@@ -50,6 +60,10 @@ class FleetConfig:
     p_error: float = 0.08
     p_deadline: float = 0.04
     p_worker_death: float = 0.02
+    # One job type keeps the error, deadline and death rates above; the others see them scaled
+    # down, so the demo looks like a fleet that is mostly healthy with one type in trouble.
+    troubled_type: int = 4
+    healthy_scale: float = 0.02
     p_requeue: float = 0.3
     p_duplicate: float = 0.05
     p_malformed: float = 0.02
@@ -63,7 +77,7 @@ class FleetConfig:
             workers=8, enqueue_rate=60.0, rate_swing=0.0, duration=(0.01, 0.2),
             lease_seconds=1.0, backoff_base=0.05, poll_interval=0.02, reap_interval=0.2,
             operator_interval=0.3, p_error=0.15, p_deadline=0.1, p_worker_death=0.05,
-            p_requeue=0.5, p_duplicate=0.1, p_malformed=0.1, error_pause=0.1,
+            healthy_scale=1.0, p_requeue=0.5, p_duplicate=0.1, p_malformed=0.1, error_pause=0.1,
         )  # fmt: skip
         values.update(overrides)
         return cls(**values)
@@ -227,7 +241,10 @@ class Fleet(Hazards):
             if job is None:
                 await asyncio.sleep(cfg.poll_interval)
                 return
+            # Scaling the draw up scales every hazard's probability down by the same factor.
             fate = self._rng.random()
+            if job.job_type != self.queue.job_type_of(cfg.troubled_type):
+                fate /= cfg.healthy_scale
             if fate < cfg.p_worker_death:
                 generation += 1  # the process died; its successor has a new id
                 return

@@ -246,6 +246,25 @@ def test_every_selector_filters_instance_and_job_type(dashboard: dict[str, Any])
         assert checks.metric_names(expr) <= {m for m, _ in selectors}, expr
 
 
+def test_every_selector_filters_job_and_each_per_queue_one_filters_queue(
+    dashboard: dict[str, Any],
+) -> None:
+    # A panel without the filter shows every queue's numbers under one queue's heading: the
+    # "Active alerts" stat once counted the firing alerts of all queues.
+    from exporter.metrics import BY_NAME
+
+    per_queue = {n for d in BY_NAME.values() if "queue" in d.labels for n in d.exposed_names}
+    per_queue |= checks.recording_rule_names() | {"ALERTS"}
+    checked = set()
+    for panel, target in targets(dashboard):
+        for metric, matchers in re.findall(r"([A-Za-z_:][\w:]*)\{([^}]*)\}", target["expr"]):
+            assert re.search(r'\bjob=~"\$job\|?"', matchers), (panel["title"], metric)
+            if metric in per_queue:
+                assert re.search(r'\bqueue=~"\$queue\|?"', matchers), (panel["title"], metric)
+                checked.add(metric)
+    assert {"ALERTS", "jobqueue_jobs"} <= checked
+
+
 def test_rows_and_panels_follow_the_issue_order(dashboard: dict[str, Any]) -> None:
     layout: dict[str, list[str]] = {}
     current: list[str] = []

@@ -408,6 +408,27 @@ def test_since_counts_only_later_transitions() -> None:
     assert tally.snapshot() is not tally
 
 
+async def test_only_the_troubled_job_type_fails_when_the_others_are_healthy(db_dsn: str) -> None:
+    # A vanishing healthy_scale leaves the errors and deadline kills to the troubled type alone
+    # (lease-expired reclaims are left out: a starved worker on a slow machine may cause one).
+    fleet = Fleet(db_dsn, FleetConfig.fast(seed=4, troubled_type=2, healthy_scale=1e-9))
+    await fleet.start()
+    tally = fleet.tally
+
+    def chosen() -> Counter[int | str]:
+        """Failures by job type, lease-expired reclaims left out."""
+        return Counter(
+            t for (t, r), n in tally.failures.items() if r != "lease_expired" for _ in range(n)
+        )
+
+    try:
+        await _wait_until(lambda: chosen()[2] >= 5 and sum(tally.completed.values()) >= 60)
+    finally:
+        await fleet.stop()
+    assert set(chosen()) == {2}
+    assert {t for t, n in tally.completed.items() if n} > {2}
+
+
 async def test_demo_environment_serves_a_busy_queue_and_cleans_up_when_cancelled() -> None:
     started = asyncio.Event()
     seen: dict[str, object] = {}

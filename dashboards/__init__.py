@@ -1,0 +1,1 @@
+"""The Grafana dashboard: its generator, the ConfigMap wrapper and the preview renderer."""

@@ -1,0 +1,1 @@
+"""The dashboard's rows, each a function returning its panels left to right."""
