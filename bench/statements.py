@@ -70,9 +70,12 @@ def label(query: str, names: dict[str, str]) -> str:
 
 
 def _flat(sql: str) -> str:
-    """Without comments, spacing, and constants (pg_stat_statements shows those as $n)."""
+    """Without comments, spacing, and constants, NULL among them (pg_stat_statements shows
+    those as $n)."""
     text = re.sub(r"--[^\n]*", "", sql)
-    text = re.sub(r"\$\d+|'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b", "?", text)
+    # A NULL that is a value (THEN NULL) is a constant to pg_stat_statements too; one in IS NULL
+    # is not, but both sides of a comparison go through here, so either way they agree.
+    text = re.sub(r"\$\d+|'(?:[^']|'')*'|\b\d+(?:\.\d+)?\b|\bNULL\b", "?", text)
     return " ".join(text.split()).rstrip(" ;")
 
 

@@ -24,3 +24,11 @@ def test_another_statement_shows_its_start_on_one_line() -> None:
     shown = label(seen, NAMES)
     assert shown == "SELECT EXISTS ( SELECT $3 FROM pg_locks WHERE locktype = $4 …"
     assert label("COMMIT", NAMES) == "COMMIT"
+
+
+def test_a_null_value_is_a_constant_and_is_null_still_matches() -> None:
+    # pg_stat_statements shows THEN NULL as THEN $n, but keeps IS NULL as written.
+    names = {"picked": "SELECT CASE WHEN s BETWEEN 1 AND 4 THEN NULL ELSE s END FROM t "
+             "WHERE e IS NULL;"}  # fmt: skip
+    seen = "SELECT CASE WHEN s BETWEEN $1 AND $2 THEN $3 ELSE s END FROM t WHERE e IS NULL"
+    assert label(seen, names) == "picked"
