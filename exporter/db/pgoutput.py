@@ -1,0 +1,259 @@
+"""pgoutput, protocol version 1: one replication message's bytes into a plain value.
+
+The formats are PostgreSQL's "Logical Replication Message Formats" (protocol chapter). Only
+what a publication of one table sends with ``proto_version 1`` is decoded: Begin, Commit,
+Origin, Relation, Type, Insert, Update, Delete and Truncate. A prepared transaction arrives as
+an ordinary Begin ... Commit at its COMMIT PREPARED while the slot's ``two_phase`` is off, which
+is the default. Column values arrive as the server's text output; turning them into numbers and
+times is the caller's business, since only it knows which columns it reads.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+# Commit timestamps count microseconds from 2000-01-01 00:00 UTC; this is that instant as Unix
+# time, so callers get the seconds every other time in the exporter is kept in.
+POSTGRES_EPOCH: Final = 946_684_800.0
+
+
+class PgoutputError(ValueError):
+    """A message that is not valid pgoutput v1 (truncated, unknown kind, bad tuple)."""
+
+
+class Unchanged:
+    """A TOASTed value the UPDATE did not change: the server sends a marker, not the value."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED: Final = Unchanged()
+
+Value = str | Unchanged | None
+
+
+@dataclass(frozen=True)
+class Begin:
+    """A transaction starts; ``final_lsn`` is where its commit record ends."""
+
+    final_lsn: int
+    commit_time: float
+    xid: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """A transaction ends: every change between its Begin and here committed at once."""
+
+    commit_lsn: int
+    end_lsn: int
+    commit_time: float
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The transaction was replayed from another node (logical replication in a chain)."""
+
+    lsn: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A table's shape, sent before its first change and again after any ALTER."""
+
+    oid: int
+    namespace: str
+    name: str
+    replica_identity: str
+    columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TypeInfo:
+    """A non-builtin type's name (an enum status column, say), sent before its first use."""
+
+    oid: int
+    namespace: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Insert:
+    """A new row."""
+
+    relation: int
+    new: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Update:
+    """A changed row; ``old`` is the whole old row under REPLICA IDENTITY FULL, its key columns
+    when an identity column changed, and None when the identity's columns did not change."""
+
+    relation: int
+    old: tuple[Value, ...] | None
+    old_is_key: bool
+    new: tuple[Value, ...]
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A removed row: the whole old row (FULL) or its identity columns only."""
+
+    relation: int
+    old: tuple[Value, ...]
+    old_is_key: bool
+
+
+@dataclass(frozen=True)
+class Truncate:
+    """TRUNCATE of published tables: the rows go without a Delete each."""
+
+    relations: tuple[int, ...]
+    cascade: bool
+    restart_identity: bool
+
+
+Message = Begin | Commit | Origin | Relation | TypeInfo | Insert | Update | Delete | Truncate
+
+
+class _Reader:
+    """A cursor over one message's bytes; every read checks that the bytes are there."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = 0
+
+    def take(self, size: int) -> bytes:
+        end = self.at + size
+        if size < 0 or end > len(self.data):
+            raise PgoutputError(f"message ends at byte {len(self.data)}, wanted {end}")
+        chunk = self.data[self.at : end]
+        self.at = end
+        return chunk
+
+    def unpack(self, fmt: str) -> int:
+        (value,) = struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+        return int(value)
+
+    def string(self) -> str:
+        end = self.data.find(b"\0", self.at)
+        if end < 0:
+            raise PgoutputError("a string has no terminating NUL")
+        text = self.data[self.at : end].decode("utf-8", errors="replace")
+        self.at = end + 1
+        return text
+
+    def time(self) -> float:
+        return POSTGRES_EPOCH + self.unpack(">q") / 1_000_000
+
+    def tuple(self) -> tuple[Value, ...]:
+        values: list[Value] = []
+        for _ in range(self.unpack(">h")):
+            kind = self.take(1)
+            if kind == b"n":
+                values.append(None)
+            elif kind == b"u":
+                values.append(UNCHANGED)
+            elif kind == b"t":
+                values.append(self.take(self.unpack(">i")).decode("utf-8", errors="replace"))
+            else:
+                raise PgoutputError(f"unknown column kind {kind!r} in a tuple")
+        return tuple(values)
+
+    def done(self) -> None:
+        if self.at != len(self.data):
+            raise PgoutputError(f"{len(self.data) - self.at} bytes left after the message")
+
+
+def decode(payload: bytes) -> Message:
+    """Decode one pgoutput v1 message; raise PgoutputError when it is not one."""
+    r = _Reader(payload)
+    kind = r.take(1)
+    read = _DECODERS.get(kind)
+    if read is None:
+        raise PgoutputError(f"unknown pgoutput message kind {kind!r}")
+    message = read(r)
+    r.done()
+    return message
+
+
+def _begin(r: _Reader) -> Begin:
+    return Begin(final_lsn=r.unpack(">Q"), commit_time=r.time(), xid=r.unpack(">I"))
+
+
+def _commit(r: _Reader) -> Commit:
+    r.take(1)  # flags: none are defined
+    return Commit(commit_lsn=r.unpack(">Q"), end_lsn=r.unpack(">Q"), commit_time=r.time())
+
+
+def _origin(r: _Reader) -> Origin:
+    return Origin(lsn=r.unpack(">Q"), name=r.string())
+
+
+def _relation(r: _Reader) -> Relation:
+    oid, namespace, name = r.unpack(">I"), r.string(), r.string()
+    identity = chr(r.unpack(">B"))
+    columns = []
+    for _ in range(r.unpack(">h")):
+        r.take(1)  # flags: 1 marks a key column
+        columns.append(r.string())
+        r.take(8)  # type oid and typmod: the values arrive as text anyway
+    return Relation(oid, namespace, name, identity, tuple(columns))
+
+
+def _type(r: _Reader) -> TypeInfo:
+    return TypeInfo(oid=r.unpack(">I"), namespace=r.string(), name=r.string())
+
+
+def _insert(r: _Reader) -> Insert:
+    relation = r.unpack(">I")
+    if r.take(1) != b"N":
+        raise PgoutputError("an Insert without its new tuple")
+    return Insert(relation, r.tuple())
+
+
+def _update(r: _Reader) -> Update:
+    relation = r.unpack(">I")
+    marker = r.take(1)
+    old: tuple[Value, ...] | None = None
+    old_is_key = marker == b"K"
+    if marker in (b"K", b"O"):
+        old = r.tuple()
+        marker = r.take(1)
+    if marker != b"N":
+        raise PgoutputError("an Update without its new tuple")
+    return Update(relation, old, old_is_key, r.tuple())
+
+
+def _delete(r: _Reader) -> Delete:
+    relation = r.unpack(">I")
+    marker = r.take(1)
+    if marker not in (b"K", b"O"):
+        raise PgoutputError("a Delete without its old tuple")
+    return Delete(relation, r.tuple(), marker == b"K")
+
+
+def _truncate(r: _Reader) -> Truncate:
+    count = r.unpack(">I")
+    options = r.unpack(">B")
+    relations = tuple(r.unpack(">I") for _ in range(count))
+    return Truncate(relations, cascade=bool(options & 1), restart_identity=bool(options & 2))
+
+
+_DECODERS: Final[dict[bytes, Callable[[_Reader], Message]]] = {
+    b"B": _begin,
+    b"C": _commit,
+    b"O": _origin,
+    b"R": _relation,
+    b"Y": _type,
+    b"I": _insert,
+    b"U": _update,
+    b"D": _delete,
+    b"T": _truncate,
+}
