@@ -3,8 +3,8 @@ mapping, next to the reference job table holding the same rows.
 
 bench/data.py builds the reference table; ``app.tasks`` is the same rows under issue 20's names
 (text states and job types, a bigint id), with the exporter's indexes rendered from the mapping.
-Both are read by the real counting mode (the transition cursor, as the poller runs it), their
-cycles interleaved so that the machine's noise falls on both alike; the dead-letter recount
+Both are read by the exporter's own poller (bench/timed.py: its counting mode, its pool, its
+table check), their cycles interleaved so that the machine's noise falls on both alike; the dead-letter recount
 cycles are reported apart, as bench/measure.py does. Prints a Markdown table.
 """
 
@@ -19,15 +19,12 @@ import asyncpg
 
 from bench.data import Shape, build_table
 from bench.measure import explain, median, unique_name
+from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER, NIL
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import index_statements
-from exporter.counting.tracker import TrackerOptions
-from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.db import ConnectOptions, Database, load_queries, run_cycle
-from exporter.db.catalog import inspect_table
+from exporter.counting.transitions import TransitionCursor
 from exporter.demo.cluster import Cluster
-from exporter.model import JobTypeLabels, Tallies
 from exporter.settings.table import ROLES, TableMapping
 
 MAPPING = TableMapping(
@@ -80,33 +77,25 @@ async def prepare(dsn: str, rows: int) -> None:
         await conn.close()
 
 
-async def _mode(db: Database, mapping: TableMapping) -> TransitionCursor:
-    shape = await inspect_table(db, mapping)
-    options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=5000)
-    bounds = (1.0,)
-    tallies = Tallies(bounds, bounds, bounds)
-    mode = TransitionCursor(load_queries(mapping, shape), options, JobTypeLabels({}, 50), tallies)
-    await run_cycle(db, mode)  # the baseline
-    return mode
-
-
 async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, Any]]:
     """Median cycle time (ms) of both tables over interleaved cycles, with their plans."""
-    db = Database(ConnectOptions(dsn=dsn))
     tables = {"job (reference)": TableMapping(), "app.tasks (mapped)": MAPPING}
     out: dict[str, dict[str, Any]] = {n: {"cycles": [], "recounts": []} for n in tables}
+    pollers = {name: await started_poller(bench_queue(dsn, mapping))
+               for name, mapping in tables.items()}  # fmt: skip
     try:
-        modes = {name: await _mode(db, mapping) for name, mapping in tables.items()}
         for _ in range(cycles):
-            for name, mode in modes.items():
+            for name, poller in pollers.items():
                 await asyncio.sleep(pause)
-                _, durations = await run_cycle(db, mode)
+                durations = await timed_cycle(poller)
                 total = sum(durations.values()) * 1000
                 out[name]["recounts" if "dead" in durations else "cycles"].append(total)
         conn = await asyncpg.connect(dsn)
         try:
-            for name, mode in modes.items():
-                sql = mode.sql
+            for name, poller in pollers.items():
+                mode = poller.mode
+                assert isinstance(mode, TransitionCursor)
+                sql = mode.sql  # as the table check rendered it for the table's real types
                 since = await conn.fetchval("SELECT now() - interval '1 second'")
                 paths = ResultPaths().query_args()
                 out[name]["explain_ms"] = {
@@ -119,7 +108,8 @@ async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, An
         finally:
             await conn.close()
     finally:
-        await db.close()
+        for poller in pollers.values():
+            await poller.database.close()
     return out
 
 

@@ -26,15 +26,14 @@ import aiohttp
 import asyncpg
 
 from bench.data import create_exporter_indexes, drop_exporter_indexes
+from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER, NIL
 from exporter.counting.results import ResultPaths
-from exporter.counting.tracker import TrackerOptions
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY, CursorOptions, TransitionCursor
-from exporter.db import APPLICATION_NAME, ConnectOptions, Database, load_queries, run_cycle
+from exporter.counting.transitions import DEAD_RECOUNT_EVERY
+from exporter.db import APPLICATION_NAME, load_queries
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
-from exporter.model import JobTypeLabels, Tallies
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTER_INDEXES = (
@@ -132,27 +131,22 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     median is of ordinary cycles, the recount cycles and the mean over a period are reported
     beside it.
     """
-    db = Database(ConnectOptions(dsn=dsn))
     per_query: dict[str, list[float]] = {}
     totals: list[float] = []
     recounts: list[float] = []
-    # The poller's cycle: the horizon, then the changes past the cursor in chunks, the dead
-    # letter recounted every DEAD_RECOUNT_EVERY cycles.
-    paths = ResultPaths().query_args()
-    options = CursorOptions(TrackerOptions(commit_lag_tolerance=30.0), max_rows=5000)
-    labels = JobTypeLabels({}, 50)
-    bounds = (1.0,)
-    mode = TransitionCursor(load_queries("job"), options, labels, Tallies(bounds, bounds, bounds))
+    # The poller's own mode over its own pool: the horizon, then the changes past the cursor
+    # in chunks, the dead letter recounted every DEAD_RECOUNT_EVERY cycles.
+    poller = await started_poller(bench_queue(dsn))
     try:
-        await run_cycle(db, mode)  # the baseline
         for _ in range(max(cycles, DEAD_RECOUNT_EVERY)):
             await asyncio.sleep(pause)
-            _, durations = await run_cycle(db, mode)
+            durations = await timed_cycle(poller)
             for name, seconds in durations.items():
                 per_query.setdefault(name, []).append(seconds * 1000)
             (recounts if "dead" in durations else totals).append(sum(durations.values()) * 1000)
     finally:
-        await db.close()
+        await poller.database.close()
+    paths = ResultPaths().as_tuple()
     queries = load_queries("job")
     conn = await asyncpg.connect(dsn)
     try:

@@ -32,7 +32,7 @@ def gauge(active: list[str], task: str = "app.send") -> dict[str, Any]:
 
 
 class Cycles:
-    """Drives a reader the way collect.run_cycle does, with the rows a test says the table has."""
+    """Drives a reader as exporter/db/cycle.py does, with the rows a test says the table has."""
 
     def __init__(self) -> None:
         self.reader = DjangoTasksReader()

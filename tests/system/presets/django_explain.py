@@ -67,10 +67,8 @@ def index_statements() -> list[str]:
 
 async def measure_django_tasks(dsn: str) -> Measurement:
     """The django-tasks figures: `migrate`, the history, the shipped indexes, the cycles."""
-    from exporter.profiles.django_tasks import DjangoTasksReader
     from tests.system.presets.django_harness import install
 
     install(dsn)
     history = [*HISTORY, *index_statements()]
-    # "django-tasks" is the profile the exporter's own collections are configured with.
-    return await measure(dsn, "django-tasks", DjangoTasksReader(), history, BATCH, (TABLE,))
+    return await measure(dsn, "django-tasks", history, BATCH, (TABLE,))

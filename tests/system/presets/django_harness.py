@@ -17,8 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import ROOT, Worker, shown_on_failure
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure, wait_for
 
 SETTINGS = "tests.system.presets.django_project.settings"
 TASKS = "tests.system.presets.django_project.tasks"

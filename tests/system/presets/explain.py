@@ -10,20 +10,25 @@ Run the measurement that docs/presets.md quotes (from the work tree, with .venv 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from exporter.profiles.base import Query
-from tests.system.presets.collect import CycleReader
+from exporter.counting.reader import LedgerReader
+from exporter.db import ConnectOptions, Database
+from exporter.poller import Poller
+from exporter.profiles.preset import PresetMode
+from exporter.runtime import connect_options
+from tests.system.presets.exported import preset_queue
 from tests.system.presets.processes import run_node
 
 ROWS = 1_000_000
@@ -159,46 +164,86 @@ def rows_read(plan: dict[str, Any]) -> int:
     return int(total)
 
 
-async def explained_cycle(
-    conn: asyncpg.Connection, reader: CycleReader, measurement: Measurement | None
-) -> None:
-    """One cycle exactly as collect.run_cycle runs it, with EXPLAIN ANALYZE of every statement."""
+class ExplainingDatabase(Database):
+    """The exporter's pool, whose sessions EXPLAIN (ANALYZE, BUFFERS) each statement of a cycle
+    on the cycle's own snapshot before running it, while ``measurement`` is set."""
 
-    async def run(query: Query) -> list[Any]:
-        if measurement is not None:
-            text = await conn.fetchval(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.sql, *query.args
+    def __init__(self, options: ConnectOptions) -> None:
+        super().__init__(options)
+        self.measurement: Measurement | None = None
+        self.names: dict[str, str] = {}  # statement text -> its name in the reader's SQL
+        self.read, self.elapsed = 0, 0.0  # of the cycle under way
+
+    @contextlib.asynccontextmanager
+    async def session(self) -> AsyncIterator[Any]:
+        """A pooled session whose fetch() is explained and timed."""
+        async with super().session() as conn:
+            yield _ExplainedSession(conn, self)
+
+
+class _ExplainedSession:
+    """A pooled connection; fetch() explains first, then times the statement alone."""
+
+    def __init__(self, conn: Any, database: ExplainingDatabase) -> None:
+        self._conn = conn
+        self._database = database
+
+    async def fetch(self, sql: str, *args: Any) -> list[Any]:
+        database = self._database
+        if database.measurement is not None:
+            text = await self._conn.fetchval(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, *args
             )
             plan = json.loads(text)
-            measurement.plans[query.name] = plan
-            read[0] += rows_read(plan[0]["Plan"])
+            name = database.names.get(sql, f"statement {len(database.measurement.plans)}")
+            database.measurement.plans[name] = plan
+            database.read += rows_read(plan[0]["Plan"])
         started = time.perf_counter()
-        rows: list[Any] = await conn.fetch(query.sql, *query.args)
-        elapsed[0] += time.perf_counter() - started
+        rows: list[Any] = await self._conn.fetch(sql, *args)
+        database.elapsed += time.perf_counter() - started
         return rows
 
-    read, elapsed = [0], [0.0]
-    horizon = await run(reader.horizon_query())
-    results: dict[str, list[Any]] = {}
-    async with conn.transaction(isolation="repeatable_read", readonly=True):
-        for query in reader.queries(horizon[0]):
-            results[query.name] = await run(query)
-    reader.apply(results)
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def explaining_poller(dsn: str, preset: str) -> Poller:
+    """The exporter's Poller of the preset's queue over an :class:`ExplainingDatabase`; long
+    timeouts, since every statement runs twice on a million rows."""
+    queue = preset_queue(dsn, preset, 1.0, timeout=120.0, statement_timeout=60.0)
+    return Poller(queue, ExplainingDatabase(connect_options(queue)))
+
+
+async def explained_cycle(poller: Poller, measurement: Measurement | None) -> None:
+    """One collection of the shipping poller, each statement explained into ``measurement``."""
+    database = poller.database
+    assert isinstance(database, ExplainingDatabase)
+    mode = poller.mode
+    assert isinstance(mode, PresetMode)
+    assert isinstance(mode.reader, LedgerReader)
+    database.names = {sql: name for name, sql in mode.reader.sql.items()}
+    database.measurement, database.read, database.elapsed = measurement, 0, 0.0
+    try:
+        assert await poller.collect_once(), poller.health.last_error
+    finally:
+        database.measurement = None
     if measurement is not None:
-        measurement.cycle_ms.append(elapsed[0] * 1000)
-        measurement.rows_read.append(read[0])
+        measurement.cycle_ms.append(database.elapsed * 1000)
+        measurement.rows_read.append(database.read)
 
 
 async def measure(
     dsn: str,
     preset: str,
-    reader: CycleReader,
     history: list[str],
     batch: list[str],
     big_tables: tuple[str, ...],
     cycles: int = 7,
+    poller: Poller | None = None,
 ) -> Measurement:
-    """Fill the installed schema, analyze it, then measure ``cycles`` counting cycles."""
+    """Fill the installed schema, analyze it, then measure ``cycles`` counting cycles of the
+    exporter's poller (``poller``: one made by :func:`explaining_poller`, for more cycles)."""
+    explaining = poller or explaining_poller(dsn, preset)
     conn = await asyncpg.connect(dsn)
     try:
         for statement in history:
@@ -210,32 +255,25 @@ async def measure(
         await conn.execute("VACUUM ANALYZE")
         measurement = Measurement(preset, big_tables)
         for _ in range(3):  # the baseline, and the first counting cycle
-            await explained_cycle(conn, reader, None)
+            await explained_cycle(explaining, None)
         for _ in range(cycles):
             for statement in batch:
                 await conn.execute(statement)
-            await explained_cycle(conn, reader, measurement)
+            await explained_cycle(explaining, measurement)
         measurement.exporter_ms = await exporter_collections(conn, dsn, preset, batch, cycles)
         return measurement
     finally:
         await conn.close()
+        if poller is None:
+            await explaining.database.close()
 
 
 async def exporter_collections(
     conn: asyncpg.Connection, dsn: str, preset: str, batch: list[str], cycles: int
 ) -> list[float]:
-    """Wall time (ms) of the exporter's own collections of the same queue: Poller, its
-    pool, db/cycle.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
-    from dataclasses import replace
-
-    from exporter.db import Database
-    from exporter.poller import Poller
-    from exporter.runtime import connect_options
-    from exporter.settings import QueueSettings
-    from exporter.settings.schema import DatabaseSettings
-
-    queue = QueueSettings(name=preset, database=DatabaseSettings(dsn=dsn), profile=preset)
-    queue = replace(queue, collect=replace(queue.collect, leader_election=False))
+    """Wall time (ms) of the exporter's own collections of the same queue, unexplained: Poller,
+    its pool, db/cycle.py and the mapping onto the model, as `jobqueue-exporter run` runs them."""
+    queue = preset_queue(dsn, preset, 1.0)
     poller = Poller(queue, Database(connect_options(queue)))
     out: list[float] = []
     try:
@@ -253,9 +291,6 @@ async def exporter_collections(
 
 async def _main() -> None:
     from exporter.demo.cluster import Cluster
-    from exporter.profiles.pgboss import PgbossReader
-    from exporter.profiles.pgqueuer import PgqueuerReader
-    from exporter.profiles.procrastinate import ProcrastinateReader
     from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
     from tests.system.presets.django_explain import measure_django_tasks
 
@@ -277,33 +312,26 @@ async def _main() -> None:
             dbname = f"explain_{name}_{uuid.uuid4().hex[:6]}"
             cluster.create_database(dbname)
             print((await run(cluster.dsn(dbname))).report())
-        del ProcrastinateReader, PgqueuerReader, PgbossReader
     finally:
         cluster.destroy()
 
 
 async def measure_procrastinate(dsn: str, install: Callable[[str], None]) -> Measurement:
     """The procrastinate figures."""
-    from exporter.profiles.procrastinate import ProcrastinateReader
-
     install(dsn)
-    return await measure(dsn, "procrastinate", ProcrastinateReader(), PROCRASTINATE_HISTORY,
+    return await measure(dsn, "procrastinate", PROCRASTINATE_HISTORY,
                          PROCRASTINATE_BATCH, ("procrastinate_jobs", "procrastinate_events"))  # fmt: skip
 
 
 async def measure_pgqueuer(dsn: str, install: Callable[[str], None]) -> Measurement:
     """The pgqueuer figures."""
-    from exporter.profiles.pgqueuer import PgqueuerReader
-
     install(dsn)
-    return await measure(dsn, "pgqueuer", PgqueuerReader(), PGQUEUER_HISTORY, PGQUEUER_BATCH,
+    return await measure(dsn, "pgqueuer", PGQUEUER_HISTORY, PGQUEUER_BATCH,
                          ("pgqueuer_log", "pgqueuer_statistics"))  # fmt: skip
 
 
 async def measure_pgboss(dsn: str, harness: Any) -> Measurement:
     """The pg-boss figures (queues made by pg-boss itself, one of them partitioned)."""
-    from exporter.profiles.pgboss import PgbossReader
-
     harness.install(dsn)
     run_node([str(harness.DRIVER), "queues", dsn], "the pg-boss queue script")
     partitions = ("job", "job_common")
@@ -313,7 +341,7 @@ async def measure_pgboss(dsn: str, harness: Any) -> Measurement:
     finally:
         await conn.close()
     tables = partitions + tuple(r["table_name"] for r in own)
-    return await measure(dsn, "pgboss", PgbossReader(), PGBOSS_HISTORY, PGBOSS_BATCH, tables)
+    return await measure(dsn, "pgboss", PGBOSS_HISTORY, PGBOSS_BATCH, tables)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,13 @@ import uuid
 
 import asyncpg
 
-from tests.system.presets.explain import ROWS, Measurement, explained_cycle, measure
+from tests.system.presets.explain import (
+    ROWS,
+    Measurement,
+    explained_cycle,
+    explaining_poller,
+    measure,
+)
 
 PROFILE = "graphile-worker"
 BIG_TABLES = ("_private_jobs",)
@@ -64,22 +70,29 @@ async def measure_graphile(dsn: str) -> tuple[Measurement, Measurement]:
     """The graphile-worker figures: its schema by its own installer, the preset's indexes.
     Returns the quiet cycles (the dead set followed, not counted) and the recount cycles."""
     from exporter.profiles.graphile_worker import GraphileWorkerReader
+    from exporter.profiles.preset import PresetMode
     from tests.system.presets import graphile_harness
 
     graphile_harness.install(dsn)  # schema, the side table, and the preset's two indexes
-    reader = GraphileWorkerReader()
-    quiet = await measure(dsn, PROFILE, reader, HISTORY, BATCH, BIG_TABLES)
+    poller = explaining_poller(dsn, PROFILE)
+    mode = poller.mode
+    assert isinstance(mode, PresetMode)
+    assert isinstance(mode.reader, GraphileWorkerReader)
+    reader = mode.reader
     recount = Measurement(f"{PROFILE} recount", BIG_TABLES)
     conn = await asyncpg.connect(dsn)
     try:
+        quiet = await measure(dsn, PROFILE, HISTORY, BATCH, BIG_TABLES, poller=poller)
         for _ in range(RECOUNTS):
             while not reader.recount_due:
-                await explained_cycle(conn, reader, None)
+                await explained_cycle(poller, None)
             for statement in BATCH:
                 await conn.execute(statement)
-            await explained_cycle(conn, reader, recount)
+            await explained_cycle(poller, recount)
+        assert poller.mode is mode, "the poller started over: the cycles measured another mode"
     finally:
         await conn.close()
+        await poller.database.close()
     return quiet, recount
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.system.presets.collect import wait_for
 from tests.system.presets.processes import (
     NODE,
     NODE_ENV,
@@ -20,6 +19,7 @@ from tests.system.presets.processes import (
     Worker,
     run_node,
     shown_on_failure,
+    wait_for,
 )
 
 DRIVER = Path(__file__).with_name("graphile_driver.mjs")

@@ -54,11 +54,9 @@ OBAN_BATCH = [
 
 async def measure_oban(dsn: str) -> Measurement:
     """The Oban figures, on the schema of Oban Python's own install.sql."""
-    from exporter.profiles.oban import ObanReader
-
     async with ObanClient(dsn) as oban:
         await oban.install()
-    return await measure(dsn, "oban", ObanReader(), OBAN_HISTORY, OBAN_BATCH, ("oban_jobs",))
+    return await measure(dsn, "oban", OBAN_HISTORY, OBAN_BATCH, ("oban_jobs",))
 
 
 async def _main() -> None:

@@ -14,9 +14,8 @@ from typing import Any
 
 import asyncpg
 
-from tests.system.presets.collect import wait_for
 from tests.system.presets.oban_client import Ack, ObanClient, error_entry
-from tests.system.presets.processes import Worker
+from tests.system.presets.processes import Worker, wait_for
 
 QUEUES = ["default", "fragile"]  # "parked" is nobody's: its jobs stay for the gauges
 CANCEL_REASON = "cancelled by the job itself"

@@ -14,7 +14,6 @@ import asyncpg
 
 from exporter.profiles.base import UNKNOWN_REASON
 from exporter.profiles.pgboss import attempts
-from tests.system.presets.collect import wait_for
 from tests.system.presets.processes import (
     NODE,
     NODE_ENV,
@@ -22,6 +21,7 @@ from tests.system.presets.processes import (
     Worker,
     run_node,
     shown_on_failure,
+    wait_for,
 )
 
 DRIVER = Path(__file__).with_name("pgboss_driver.mjs")

@@ -17,9 +17,8 @@ import asyncpg
 from pgqueuer import AsyncpgDriver, Queries
 
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
-from tests.system.presets.collect import wait_for
 from tests.system.presets.pgqueuer_worker import PARKED
-from tests.system.presets.processes import ROOT, Worker, shown_on_failure
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure, wait_for
 
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "held": 2, "slow": 1, "later": 2, PARKED: 3, "cancel": 1}
 LATER_SECONDS = 3

@@ -1,14 +1,18 @@
-"""Worker subprocesses of the ground-truth harnesses: start, SIGKILL, stop, show their logs."""
+"""Worker subprocesses of the ground-truth harnesses: start, SIGKILL, stop, show their logs, and
+wait for what they do to show in the database."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +117,17 @@ def shown_on_failure(workers: list[Worker]) -> Iterator[None]:
     finally:
         for worker in workers:
             worker.close()
+
+
+async def wait_for(
+    probe: Callable[[], Any], what: str, within: float = 60.0, interval: float = 0.1
+) -> Any:
+    """Poll an async probe until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + within
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {within} s waiting for {what}")
+        await asyncio.sleep(interval)

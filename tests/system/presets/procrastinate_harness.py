@@ -15,8 +15,7 @@ import procrastinate
 
 from exporter.profiles.base import UNKNOWN_REASON
 from tests.system.presets import procrastinate_tasks as tasks
-from tests.system.presets.collect import wait_for
-from tests.system.presets.processes import ROOT, Worker, shown_on_failure
+from tests.system.presets.processes import ROOT, Worker, shown_on_failure, wait_for
 
 # What the workload runs, per task: how many jobs.
 PLAN = {"ok": 20, "flaky": 5, "bad": 3, "slow": 1, "later": 2, "cancel": 1, "parked": 3}

@@ -29,7 +29,7 @@ from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from tests.conftest import PgServer, dsn_with_database, execute
 from tests.helpers import cursor, fast_queue, get, parse, wait_until
-from tests.system.presets.collect import as_counted
+from tests.system.presets.exported import as_counted
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from exporter.counting.gauges import Reading
+from exporter.poller import Poller
 from exporter.profiles.graphile_worker import GraphileWorkerReader
+from exporter.profiles.preset import PresetMode
 from exporter.vocabulary import ERROR
-from tests.system.presets.collect import Poller
+from tests.system.presets.exported import Export, RecordedPoller, nonzero
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -31,9 +32,10 @@ def graphile_dsn(empty_dsn: str) -> str:
 async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) -> None:
     from tests.system.presets.graphile_harness import run_workload
 
-    reader = GraphileWorkerReader(STUCK_AFTER)
-    poller = Poller(graphile_dsn, reader, interval=0.5)
-    stuck_seen: list[int] = []
+    poller = RecordedPoller(
+        graphile_dsn, "graphile-worker", heartbeat_timeout=STUCK_AFTER, probe=_recounted
+    )
+    stuck_seen: list[float] = []
 
     async def before_kill(running: int) -> None:
         await poller.until(lambda: _gauge(poller, "slow", "stuck") == running, within=15)
@@ -46,14 +48,15 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
         truth = await run_workload(graphile_dsn, before_kill)
         await poller.cycles(3)
     # Between recounts the dead gauge followed the deaths: some cycle without a recount moved it.
-    recounts = [i for i, r in enumerate(poller.readings) if "dead" in r.rows_read]
+    exports = poller.exports
+    recounts = [i for i, e in enumerate(exports) if e.probed]
     assert len(recounts) >= 2, "the workload spans a recount after the baseline"
-    moved = [i for i in range(1, len(poller.readings)) if i not in recounts
-             and _held(poller.readings[i]) != _held(poller.readings[i - 1])]  # fmt: skip
+    moved = [i for i in range(1, len(exports))
+             if i not in recounts and _held(exports[i]) != _held(exports[i - 1])]  # fmt: skip
     assert moved, "no cycle between recounts followed a death"
 
-    counting = [r for r in poller.readings if r.counting]
-    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    counting = [e for e in exports if e.counting]
+    assert len(counting) >= 6, "the exporter must collect many times during the workload"
     # The library's rows agree with what the handlers did, so the truth is not vacuous: the
     # two history deaths are not in it, the workload's are: five bad jobs (three after a
     # retry), the slow job whose last attempt's worker was killed and taken over, and the one
@@ -65,21 +68,21 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
     assert truth.outcomes[("flaky", "failed")] == 5
     assert truth.outcomes[("flaky", "completed")] == 5
     assert truth.outcomes[("ok", "completed")] == 3 + 20
-    # The reader, polling all along, counted exactly the deaths since its baseline.
+    # The exporter, polling all along, counted exactly the deaths since its baseline.
     expected = {(task, ERROR): n for task, n in truth.dead_by_rows.items()}
-    assert reader.tallies.counters() == {
+    assert poller.tallies.counters() == {
         "enqueued": {}, "completed": {}, "failures": {}, "dead": expected, "requeued": {},
         "cancelled": {},
     }  # fmt: skip
     assert stuck_seen == [2, 1]
     # At rest (both workers stopped), every gauge equals the table.
-    last = poller.readings[-1].gauges
+    last = poller.last.gauges
     got = {
         task: {"pending": g.pending, "scheduled": g.scheduled, "running": g.running,
                "held": g.held}
         for task, g in last.items()
     }  # fmt: skip
-    assert got == truth.gauges
+    assert nonzero(got) == nonzero(truth.gauges)
     assert got["parked"] == {"pending": 2, "scheduled": 2, "running": 0, "held": 0}
     assert got["bad"]["held"] == 2 + 5
     assert got["slow"] == {"pending": 0, "scheduled": 0, "running": 0, "held": 2}
@@ -95,27 +98,36 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
             " ON t.id = j.task_id WHERE t.identifier = 'bad' AND j.attempts >= j.max_attempts "
             "ORDER BY j.id"
         )
-        old = next(r["id"] for r in rows if str(r["id"]) not in reader.known)
+        known = poller.reader(GraphileWorkerReader).known
+        old = next(r["id"] for r in rows if str(r["id"]) not in known)
         await conn.execute("SELECT graphile_worker.complete_jobs(ARRAY[$1::bigint])", old)
     finally:
         await conn.close()
     async with poller.running():
         await poller.cycles(1)
-        if "dead" not in poller.readings[-1].rows_read:
-            assert poller.readings[-1].gauges["bad"].held == 2 + 5  # not seen yet
-        await poller.until(lambda: "dead" in poller.readings[-1].rows_read, within=20)
-    assert poller.readings[-1].gauges["bad"].held == 2 + 5 - 1
+        if not poller.last.probed:
+            assert poller.last.gauges["bad"].held == 2 + 5  # not seen yet
+        await poller.until(lambda: poller.last.probed, within=20)
+    assert poller.last.gauges["bad"].held == 2 + 5 - 1
 
 
-def _held(reading: Reading) -> dict[str, int]:
-    return {task: g.held for task, g in reading.gauges.items()}
+def _recounted(poller: Poller) -> bool:
+    """Whether the collection just finished recounted the dead jobs (rather than followed them)."""
+    mode = poller.mode
+    assert isinstance(mode, PresetMode)
+    assert isinstance(mode.reader, GraphileWorkerReader)
+    return mode.reader.since_recount == 0
 
 
-def _oldest(poller: Poller, task: str) -> float:
-    gauges = poller.readings[-1].gauges.get(task)
+def _held(export: Export) -> dict[str, float]:
+    return {task: g.held for task, g in export.gauges.items() if g.held}
+
+
+def _oldest(poller: RecordedPoller, task: str) -> float:
+    gauges = poller.last.gauges.get(task)
     return gauges.running_oldest if gauges is not None else 0.0
 
 
-def _gauge(poller: Poller, task: str, name: str) -> int:
-    gauges = poller.readings[-1].gauges.get(task)
+def _gauge(poller: RecordedPoller, task: str, name: str) -> int:
+    gauges = poller.last.gauges.get(task)
     return int(getattr(gauges, name)) if gauges is not None else 0

@@ -8,9 +8,7 @@ import asyncpg
 import pytest
 
 from exporter.counting.eventlog import EventLogReader
-from exporter.profiles.pgqueuer import PgqueuerReader
-from exporter.profiles.procrastinate import ProcrastinateReader
-from tests.system.presets.collect import Poller
+from tests.system.presets.exported import RecordedPoller
 from tests.system.presets.processes import require, run_node
 
 Enqueue = Callable[[asyncpg.Connection, str], Awaitable[None]]
@@ -31,28 +29,28 @@ async def _pgqueuer_enqueue(conn: asyncpg.Connection, entrypoint: str) -> None:
     await Queries(AsyncpgDriver(conn)).enqueue(entrypoint, None)
 
 
-def _procrastinate(dsn: str) -> tuple[EventLogReader, Enqueue]:
+def _procrastinate(dsn: str) -> tuple[str, Enqueue]:
     require("procrastinate")
     from tests.system.presets.procrastinate_harness import install
 
     install(dsn)
-    return ProcrastinateReader(), _procrastinate_defer
+    return "procrastinate", _procrastinate_defer
 
 
-def _pgqueuer(dsn: str) -> tuple[EventLogReader, Enqueue]:
+def _pgqueuer(dsn: str) -> tuple[str, Enqueue]:
     require("pgqueuer")
     from tests.system.presets.pgqueuer_harness import install
 
     install(dsn)
-    return PgqueuerReader(), _pgqueuer_enqueue
+    return "pgqueuer", _pgqueuer_enqueue
 
 
 @pytest.mark.parametrize("preset", [_procrastinate, _pgqueuer], ids=["procrastinate", "pgqueuer"])
 async def test_late_commit_is_counted_exactly_once(
-    empty_dsn: str, preset: Callable[[str], tuple[EventLogReader, Enqueue]]
+    empty_dsn: str, preset: Callable[[str], tuple[str, Enqueue]]
 ) -> None:
-    reader, enqueue = preset(empty_dsn)
-    poller = Poller(empty_dsn, reader, interval=0.2)
+    profile, enqueue = preset(empty_dsn)
+    poller = RecordedPoller(empty_dsn, profile, interval=0.2)
     late = await asyncpg.connect(empty_dsn)
     prompt = await asyncpg.connect(empty_dsn)
     try:
@@ -64,13 +62,13 @@ async def test_late_commit_is_counted_exactly_once(
             await enqueue(late, "late")  # written by a subtransaction
             await late.execute("RELEASE SAVEPOINT s")
             await enqueue(prompt, "prompt")  # a higher id, committed at once
-            await poller.until(lambda: reader.tallies.enqueued["prompt"] == 1)
+            await poller.until(lambda: poller.tallies.enqueued["prompt"] == 1)
             await poller.cycles(5)
-            assert reader.tallies.enqueued["late"] == 0  # not committed: not visible yet
+            assert poller.tallies.enqueued["late"] == 0  # not committed: not visible yet
             await transaction.commit()
-            await poller.until(lambda: reader.tallies.enqueued["late"] >= 2)
+            await poller.until(lambda: poller.tallies.enqueued["late"] >= 2)
             await poller.cycles(5)
-        assert reader.tallies.enqueued == {"late": 2, "prompt": 1}
+        assert poller.tallies.enqueued == {"late": 2, "prompt": 1}
     finally:
         await late.close()
         await prompt.close()
@@ -78,10 +76,10 @@ async def test_late_commit_is_counted_exactly_once(
 
 @pytest.mark.parametrize("preset", [_procrastinate, _pgqueuer], ids=["procrastinate", "pgqueuer"])
 async def test_rolled_back_write_is_never_counted(
-    empty_dsn: str, preset: Callable[[str], tuple[EventLogReader, Enqueue]]
+    empty_dsn: str, preset: Callable[[str], tuple[str, Enqueue]]
 ) -> None:
-    reader, enqueue = preset(empty_dsn)
-    poller = Poller(empty_dsn, reader, interval=0.2)
+    profile, enqueue = preset(empty_dsn)
+    poller = RecordedPoller(empty_dsn, profile, interval=0.2)
     conn = await asyncpg.connect(empty_dsn)
     try:
         async with poller.running():
@@ -91,31 +89,29 @@ async def test_rolled_back_write_is_never_counted(
             await poller.cycles(3)
             await transaction.rollback()
             await enqueue(conn, "kept")
-            await poller.until(lambda: reader.tallies.enqueued["kept"] == 1)
+            await poller.until(lambda: poller.tallies.enqueued["kept"] == 1)
             await poller.cycles(3)
-        assert reader.tallies.enqueued == {"kept": 1}
+        assert poller.tallies.enqueued == {"kept": 1}
         # The watermark moved past the rolled-back id: nothing is left to remember.
-        assert reader.cursor.watermark is not None
+        assert poller.reader(EventLogReader).cursor.watermark is not None
     finally:
         await conn.close()
 
 
 async def test_pgboss_late_insert_and_late_completion_are_counted_once(empty_dsn: str) -> None:
     require("pg-boss")
-    from exporter.profiles.pgboss import PgbossReader
     from tests.system.presets import pgboss_harness
 
     pgboss_harness.install(empty_dsn)
     run_node([str(pgboss_harness.DRIVER), "queues", empty_dsn], "pg-boss queues")
-    reader = PgbossReader()
-    poller = Poller(empty_dsn, reader, interval=0.2)
+    poller = RecordedPoller(empty_dsn, "pgboss", interval=0.2)
     late = await asyncpg.connect(empty_dsn)
     prompt = await asyncpg.connect(empty_dsn)
     insert = "INSERT INTO pgboss.job (name, data) VALUES ($1, '{}') RETURNING id"
     try:
         async with poller.running():
             done_late = await prompt.fetchval(insert, "later")
-            await poller.until(lambda: reader.tallies.enqueued["later"] == 1)
+            await poller.until(lambda: poller.tallies.enqueued["later"] == 1)
             transaction = late.transaction()
             await transaction.start()
             # now() of this transaction, hence created_on and completed_on, is from here on.
@@ -130,15 +126,15 @@ async def test_pgboss_late_insert_and_late_completion_are_counted_once(empty_dsn
                 done_late,
             )
             await prompt.fetchval(insert, "later")  # a prompt one, committed at once
-            await poller.until(lambda: reader.tallies.enqueued["later"] == 2)
+            await poller.until(lambda: poller.tallies.enqueued["later"] == 2)
             await poller.cycles(5)
-            assert reader.tallies.enqueued["parked"] == 0
-            assert reader.tallies.completed["later"] == 0
+            assert poller.tallies.enqueued["parked"] == 0
+            assert poller.tallies.completed["later"] == 0
             await transaction.commit()
-            await poller.until(lambda: reader.tallies.completed["later"] >= 1)
+            await poller.until(lambda: poller.tallies.completed["later"] >= 1)
             await poller.cycles(5)
-        assert reader.tallies.enqueued == {"later": 2, "parked": 2}
-        assert reader.tallies.completed == {"later": 1}
+        assert poller.tallies.enqueued == {"later": 2, "parked": 2}
+        assert poller.tallies.completed == {"later": 1}
     finally:
         await late.close()
         await prompt.close()

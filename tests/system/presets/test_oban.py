@@ -9,7 +9,7 @@ import pytest
 
 from exporter.profiles.oban import ObanReader
 from exporter.service import Service
-from tests.system.presets.collect import Poller
+from tests.system.presets.exported import RecordedPoller, nonzero
 from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
 
 pytestmark = pytest.mark.slow
@@ -30,23 +30,22 @@ async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
     async with ObanClient(oban_dsn) as oban:
         ids = await h.history(oban)
         start = await h.snapshot_rows(oban_dsn)
-        reader = ObanReader(rescue_after=h.RESCUE_AFTER)
-        poller = Poller(oban_dsn, reader, interval=0.5)
-        stuck_seen: list[int] = []
+        poller = RecordedPoller(oban_dsn, "oban", heartbeat_timeout=h.RESCUE_AFTER)
+        stuck_seen: list[float] = []
 
         async def while_stuck(n: int) -> None:
             await poller.until(lambda: _stuck(poller, h.W + "Fragile") == n, within=20)
             stuck_seen.append(_stuck(poller, h.W + "Fragile"))
 
         async def until_forgotten(job_id: int) -> None:
-            await poller.until(lambda: job_id not in reader.known, within=20)
+            await poller.until(lambda: job_id not in poller.reader(ObanReader).known, within=20)
 
         async with poller.running():
             by_hand = await h.run_workload(oban_dsn, oban, ids, while_stuck, until_forgotten)
             await poller.cycles(3)
     truth = h.truth(start, await h.snapshot_rows(oban_dsn), by_hand)
 
-    assert len([r for r in poller.readings if r.counting]) >= 6, "too few cycles to prove much"
+    assert len([e for e in poller.exports if e.counting]) >= 6, "too few cycles to prove much"
     # The table records what the workload did (so the truth is not vacuous) ...
     ok, flaky, bad, fragile = (h.W + name for name in ("Ok", "Flaky", "Bad", "Fragile"))
     assert truth.counters["enqueued"][ok] == 8
@@ -59,20 +58,20 @@ async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
     assert truth.counters["failures"][(fragile, "lease_expired")] == 2
     assert truth.counters["cancelled"] == {h.W + "Canceller": 1, h.W + "Held": 1}
     assert truth.counters["requeued"] == {flaky: 1}  # the retry by hand
-    # ... and the reader, polling all along, agrees with it exactly.
-    assert reader.tallies.counters() == truth.counters
+    # ... and the exporter, polling all along, agrees with it exactly.
+    assert poller.tallies.counters() == truth.counters
     for worker, (n, duration, wait, latency) in truth.histograms.items():
-        for table, total in ((reader.tallies.duration, duration), (reader.tallies.wait, wait),
-                             (reader.tallies.latency, latency)):  # fmt: skip
+        for table, total in ((poller.tallies.duration, duration), (poller.tallies.wait, wait),
+                             (poller.tallies.latency, latency)):  # fmt: skip
             assert table[worker].count == n, worker
             assert table[worker].total == pytest.approx(total, abs=1e-6), worker
-    assert set(reader.tallies.duration) == set(truth.histograms)
-    assert reader.tallies.latency[h.W + "Later"].total >= 2.0  # it waited for its time
+    assert set(poller.tallies.duration) == set(truth.histograms)
+    assert poller.tallies.latency[h.W + "Later"].total >= 2.0  # it waited for its time
     assert stuck_seen == [2]
-    last = poller.readings[-1].gauges
+    last = poller.last.gauges
     got = {w: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
            for w, g in last.items()}  # fmt: skip
-    assert got == truth.gauges
+    assert nonzero(got) == nonzero(truth.gauges)
     assert truth.gauges == {h.W + "Parked": {"pending": 2, "running": 0, "scheduled": 0},
                             h.W + "Held": {"pending": 1, "running": 0, "scheduled": 1}}  # fmt: skip
     assert last[h.W + "Parked"].oldest_ready_wait > 0
@@ -84,15 +83,15 @@ async def test_late_insert_and_late_completion_are_counted_once(oban_dsn: str) -
     import psycopg
     from psycopg.rows import dict_row
 
-    reader = ObanReader()
-    poller = Poller(oban_dsn, reader, interval=0.2)
+    poller = RecordedPoller(oban_dsn, "oban", interval=0.2)
+    tallies = poller.tallies
     async with (
         ObanClient(oban_dsn) as oban,
         await psycopg.AsyncConnection.connect(oban_dsn, row_factory=dict_row) as late,
         poller.running(),
     ):
         await oban.insert("app.Later")
-        await poller.until(lambda: reader.tallies.enqueued["app.Later"] == 1)
+        await poller.until(lambda: tallies.enqueued["app.Later"] == 1)
         # One open transaction (its now(), hence every stamp it writes, is from here on)
         # inserts twice, once in a savepoint, and claims and completes the first job.
         await insert_on(late, "app.Parked")
@@ -108,23 +107,23 @@ async def test_late_insert_and_late_completion_are_counted_once(oban_dsn: str) -
         acked = await late.execute(load("ack_job.sql"), Ack(job, "completed").args())
         assert [row["id"] for row in await acked.fetchall()] == [job["id"]]
         await oban.insert("app.Later")  # a prompt one, committed at once
-        await poller.until(lambda: reader.tallies.enqueued["app.Later"] == 2)
+        await poller.until(lambda: tallies.enqueued["app.Later"] == 2)
         await poller.cycles(5)
-        assert reader.tallies.enqueued["app.Parked"] == 0
-        assert reader.tallies.completed["app.Later"] == 0
+        assert tallies.enqueued["app.Parked"] == 0
+        assert tallies.completed["app.Later"] == 0
         await late.commit()
-        await poller.until(lambda: reader.tallies.completed["app.Later"] >= 1)
+        await poller.until(lambda: tallies.completed["app.Later"] >= 1)
         # A write rolled back is never counted.
         await insert_on(late, "app.Gone")
         await poller.cycles(3)
         await late.rollback()
         await poller.cycles(5)
-    assert reader.tallies.counters()["enqueued"] == {"app.Later": 2, "app.Parked": 2}
-    assert reader.tallies.counters()["completed"] == {"app.Later": 1}
+    assert tallies.counters()["enqueued"] == {"app.Later": 2, "app.Parked": 2}
+    assert tallies.counters()["completed"] == {"app.Later": 1}
 
 
-def _stuck(poller: Poller, worker: str) -> int:
-    gauges = poller.readings[-1].gauges.get(worker)
+def _stuck(poller: RecordedPoller, worker: str) -> float:
+    gauges = poller.last.gauges.get(worker)
     return gauges.stuck if gauges is not None else 0
 
 

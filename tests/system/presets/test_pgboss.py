@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
-from exporter.profiles.pgboss import PgbossReader
-from tests.system.presets.collect import Poller, as_counted
+from tests.system.presets.exported import RecordedPoller, as_counted, nonzero
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -25,9 +24,8 @@ def pgboss_dsn(empty_dsn: str) -> str:
 async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) -> None:
     from tests.system.presets.pgboss_harness import run_workload
 
-    reader = PgbossReader()
-    poller = Poller(pgboss_dsn, reader, interval=0.5)
-    stuck_seen: list[int] = []
+    poller = RecordedPoller(pgboss_dsn, "pgboss")
+    stuck_seen: list[float] = []
 
     async def while_stuck(stuck: int) -> None:
         await poller.until(lambda: _stuck(poller) == stuck, within=10)
@@ -37,8 +35,8 @@ async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) ->
         truth = await run_workload(pgboss_dsn, while_stuck)
         await poller.cycles(3)
 
-    counting = [r for r in poller.readings if r.counting]
-    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    counting = [e for e in poller.exports if e.counting]
+    assert len(counting) >= 6, "the exporter must collect many times during the workload"
     # The tables agree with what the handlers did (so the truth is not vacuous): every failed
     # attempt is a handler that threw, or the one the SIGKILL cut short and pg-boss expired.
     outcomes = truth.handler_outcomes
@@ -55,22 +53,22 @@ async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) ->
     assert truth.counters["failures"][("slow", UNKNOWN_REASON)] == 1  # the expired attempt
     assert truth.counters["dead"] == {("bad", UNKNOWN_REASON): 3}
     assert truth.counters["cancelled"] == {"parked": 1}
-    # ... and the reader, polling all along, agrees with the tables exactly.
-    assert reader.tallies.counters() == as_counted(truth.counters)
-    assert {t: h.count for t, h in reader.tallies.duration.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in reader.tallies.wait.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in reader.tallies.latency.items()} == truth.histogram_counts
-    assert reader.tallies.latency["later"].total >= 2 * 3.0
-    assert reader.tallies.wait["later"].total < reader.tallies.latency["later"].total
+    # ... and the exporter, polling all along, agrees with the tables exactly.
+    assert poller.tallies.counters() == as_counted(truth.counters)
+    assert {t: h.count for t, h in poller.tallies.duration.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in poller.tallies.wait.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in poller.tallies.latency.items()} == truth.histogram_counts
+    assert poller.tallies.latency["later"].total >= 2 * 3.0
+    assert poller.tallies.wait["later"].total < poller.tallies.latency["later"].total
     assert stuck_seen == [1]
-    last = poller.readings[-1].gauges
+    last = poller.last.gauges
     got = {q: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
            for q, g in last.items()}  # fmt: skip
-    assert got == truth.gauges
+    assert nonzero(got) == nonzero(truth.gauges)
     assert last["parked"].oldest_pending_age > 0
     assert all(g.stuck == 0 for g in last.values())
 
 
-def _stuck(poller: Poller) -> int:
-    gauges = poller.readings[-1].gauges.get("slow")
+def _stuck(poller: RecordedPoller) -> float:
+    gauges = poller.last.gauges.get("slow")
     return gauges.stuck if gauges is not None else 0

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
-from exporter.profiles.procrastinate import ProcrastinateReader
-from tests.system.presets.collect import Poller, as_counted
+from tests.system.presets.exported import RecordedPoller, as_counted, nonzero
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -26,9 +25,10 @@ async def test_counters_and_gauges_equal_procrastinate_ground_truth(procrastinat
     from tests.system.presets import procrastinate_tasks as tasks
     from tests.system.presets.procrastinate_harness import PLAN, run_workload
 
-    reader = ProcrastinateReader(stuck_after=tasks.STALLED_AFTER)
-    poller = Poller(procrastinate_dsn, reader, interval=0.5)
-    stuck_seen: list[int] = []
+    poller = RecordedPoller(
+        procrastinate_dsn, "procrastinate", heartbeat_timeout=tasks.STALLED_AFTER
+    )
+    stuck_seen: list[float] = []
 
     async def while_stalled(stalled: int) -> None:
         # The gauge must agree with procrastinate's own stalled-job query while it lasts.
@@ -39,31 +39,31 @@ async def test_counters_and_gauges_equal_procrastinate_ground_truth(procrastinat
         truth = await run_workload(procrastinate_dsn, while_stalled)
         await poller.cycles(3)
 
-    counting = [r for r in poller.readings if r.counting]
-    assert len(counting) >= 6, "the reader must poll many times during the workload"
+    counting = [e for e in poller.exports if e.counting]
+    assert len(counting) >= 6, "the exporter must collect many times during the workload"
     # The library's record matches what the workload did (so the truth is not vacuous) ...
     assert truth.counters["enqueued"] == {
         "ok": PLAN["ok"] + PLAN["cancel"], "flaky": 5, "bad": 3, "slow": 1, "later": 2, "parked": 3,
     }  # fmt: skip
     assert truth.counters["dead"] == {("bad", UNKNOWN_REASON): 3}
     assert truth.stalled_jobs_found == 1
-    # ... and the reader, polling all along, agrees with it exactly, counter by counter.
-    assert reader.tallies.counters() == as_counted(truth.counters)
-    assert {t: h.count for t, h in reader.tallies.duration.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in reader.tallies.wait.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in reader.tallies.latency.items()} == truth.histogram_counts
+    # ... and the exporter, polling all along, agrees with it exactly, counter by counter.
+    assert poller.tallies.counters() == as_counted(truth.counters)
+    assert {t: h.count for t, h in poller.tallies.duration.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in poller.tallies.wait.items()} == truth.histogram_counts
+    assert {t: h.count for t, h in poller.tallies.latency.items()} == truth.histogram_counts
     # The delayed jobs waited for their run time, not for a worker: wait is short, latency long.
-    assert reader.tallies.latency["later"].total >= 2 * 3.0
-    assert reader.tallies.wait["later"].total < reader.tallies.latency["later"].total
+    assert poller.tallies.latency["later"].total >= 2 * 3.0
+    assert poller.tallies.wait["later"].total < poller.tallies.latency["later"].total
     assert stuck_seen == [1]
-    last = poller.readings[-1].gauges
-    assert {t: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
-            for t, g in last.items()} == truth.gauges  # fmt: skip
+    last = poller.last.gauges
+    assert nonzero({t: {"pending": g.pending, "running": g.running, "scheduled": g.scheduled}
+                    for t, g in last.items()}) == nonzero(truth.gauges)  # fmt: skip
     assert last["parked"].oldest_pending_age > 0
     assert last["parked"].oldest_ready_wait > 0
     assert all(g.stuck == 0 for g in last.values())
 
 
-def _stuck(poller: Poller) -> int:
-    gauges = poller.readings[-1].gauges.get("slow")
+def _stuck(poller: RecordedPoller) -> float:
+    gauges = poller.last.gauges.get("slow")
     return gauges.stuck if gauges is not None else 0
