@@ -27,6 +27,9 @@ from exporter.vocabulary import OTHER
 # an hour after the last one so that a rare value is seen.
 UNMAPPED_WINDOW = 3600.0
 UNMAPPED_FOR = 60.0
+# Past collect.max_held_jobs the counts stay exact and only memory grows (about 360 bytes a job),
+# so a pg_dump of a few minutes is no news; one that outlasts this wait deserves a look.
+HELD_CAP_FOR = 900.0
 
 
 def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
@@ -131,6 +134,18 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             "description": f"{{{{ $value }}}} job types of queue {QUEUE} in {JOB} are folded into "
             f'job_type="{OTHER}": their alerts and panels are merged; raise the label cap or name '
             "the job types.",
+        },
+        {
+            "name": "JobQueueHeldJobsCapExceeded",
+            "expr": f"{DEDUP} ({b.sel('jobqueue_exporter_held_cap_exceeded')}) > 0",
+            "for_": HELD_CAP_FOR,
+            "severity": "warning",
+            "summary": "A long transaction keeps the exporter holding finished jobs past its cap.",
+            "description": f"The exporter of queue {QUEUE} in {JOB} has held more finished jobs "
+            f"than collect.max_held_jobs for {d(HELD_CAP_FOR)} (held_cap_exceeded = "
+            "{{ $value }}): a transaction open since before "
+            "they finished holds its counting horizon back. Counts stay exact; its memory grows "
+            "by about 360 bytes a job until that transaction ends.",
         },
         {
             "name": "JobQueueUnmappedStatus",

@@ -650,6 +650,27 @@ def health_cases() -> list[Case]:
             labels=lab(),
             silent_at=("11m",),
         ),
+        # A pg_dump of 14 minutes is no news; a transaction that keeps the cap exceeded for 15
+        # does (two pods of a rollout both over the cap count once). Samples every 30 s.
+        Case(
+            "JobQueueHeldJobsCapExceeded fires after 15m over the cap, once for two pods",
+            "JobQueueHeldJobsCapExceeded",
+            [
+                s("jobqueue_exporter_held_cap_exceeded", "0x10 1x60 0x30"),
+                s("jobqueue_exporter_held_cap_exceeded", "0x10 1x60 0x30", instance="b"),
+                s("jobqueue_exporter_held_cap_exceeded", "1x10 0x90", queue="q2"),
+            ],
+            fire_at="21m",
+            value=1,
+            labels=lab(),
+            silent_at=("20m", "1h15m"),
+        ),
+        Case(
+            "JobQueueHeldJobsCapExceeded stays silent on a cap exceeded for 14 minutes",
+            "JobQueueHeldJobsCapExceeded",
+            [s("jobqueue_exporter_held_cap_exceeded", "0x10 1x27 0x80")],
+            silent_at=("19m30s", "20m", "30m"),
+        ),
         # One row is enough, and it keeps the alert up for the whole hour: a typo that a rare
         # job type hits once an hour must not slip between two windows.
         Case(

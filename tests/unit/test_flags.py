@@ -293,10 +293,6 @@ def test_start_up_lines_in_json_carry_the_same_fields() -> None:
 
 # --- err= -----------------------------------------------------------------------------------
 
-# The collection path's files, which the engine branch moves to err= itself. Once a file no
-# longer writes error=, the test below asks for its name to be struck from here.
-AWAITING_ENGINE: set[str] = set()
-
 
 def _field_keys(tree: ast.AST) -> list[tuple[int, str]]:
     """The keys of every dict literal given as ``extra={"fields": {...}}`` or ``log_fields()``."""
@@ -313,16 +309,11 @@ def _field_keys(tree: ast.AST) -> list[tuple[int, str]]:
 
 
 def test_errors_are_logged_under_err_as_slog_exporters_do() -> None:
-    offenders, renamed = [], []
+    offenders = []
     for path in sorted((ROOT / "exporter").rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        lines = [f"{path.name}:{line}" for line, key in _field_keys(tree) if key == "error"]
-        if path.name not in AWAITING_ENGINE:
-            offenders += lines
-        elif not lines:
-            renamed.append(path.name)
+        offenders += [f"{path.name}:{line}" for line, key in _field_keys(tree) if key == "error"]
     assert offenders == []
-    assert renamed == [], "these write err= now: strike them from AWAITING_ENGINE"
 
 
 def test_the_err_check_finds_an_error_key() -> None:
