@@ -211,6 +211,11 @@ def as_counted(counters: dict[str, dict[Any, int]]) -> dict[str, dict[Any, int]]
     return {name: {k: v for k, v in found.items() if v} for name, found in out.items()}
 
 
+def observed(histograms: dict[str, Any]) -> dict[str, int]:
+    """How many observations each job type's histogram holds, to compare with a library's record."""
+    return {job_type: histogram.count for job_type, histogram in histograms.items()}
+
+
 def nonzero(gauges: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Gauges by job type without the all-zero ones: /metrics keeps every label it has seen,
     with zeros; a library's table has no row for a job type it holds no job of."""

@@ -19,7 +19,7 @@ from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from exporter.vocabulary import ERROR
 from tests.helpers import fast_queue, get, parse, wait_until
-from tests.system.presets.exported import RecordedPoller, as_counted, nonzero
+from tests.system.presets.exported import RecordedPoller, as_counted, nonzero, observed
 from tests.system.presets.processes import require
 from tests.system.presets.test_exporter import Samples, counters_of, counters_wanted
 
@@ -92,9 +92,9 @@ async def test_counters_and_gauges_equal_django_tasks_ground_truth(
         (path("bad"), ERROR),
         (path("boom"), ERROR),
     }
-    assert {t: h.count for t, h in poller.tallies.duration.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in poller.tallies.wait.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in poller.tallies.latency.items()} == truth.histogram_counts
+    assert observed(poller.tallies.duration) == truth.histogram_counts
+    assert observed(poller.tallies.wait) == truth.histogram_counts
+    assert observed(poller.tallies.latency) == truth.histogram_counts
     # The delayed tasks waited for their run time, not for a worker: wait short, latency long.
     assert poller.tallies.latency[path("later")].total >= 2 * 3.0
     assert poller.tallies.wait[path("later")].total < poller.tallies.latency[path("later")].total

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.base import UNKNOWN_REASON
-from tests.system.presets.exported import RecordedPoller, as_counted, nonzero
+from tests.system.presets.exported import RecordedPoller, as_counted, nonzero, observed
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -55,9 +55,9 @@ async def test_counters_and_gauges_equal_pgboss_ground_truth(pgboss_dsn: str) ->
     assert truth.counters["cancelled"] == {"parked": 1}
     # ... and the exporter, polling all along, agrees with the tables exactly.
     assert poller.tallies.counters() == as_counted(truth.counters)
-    assert {t: h.count for t, h in poller.tallies.duration.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in poller.tallies.wait.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in poller.tallies.latency.items()} == truth.histogram_counts
+    assert observed(poller.tallies.duration) == truth.histogram_counts
+    assert observed(poller.tallies.wait) == truth.histogram_counts
+    assert observed(poller.tallies.latency) == truth.histogram_counts
     assert poller.tallies.latency["later"].total >= 2 * 3.0
     assert poller.tallies.wait["later"].total < poller.tallies.latency["later"].total
     assert stuck_seen == [1]

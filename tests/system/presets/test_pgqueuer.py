@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
-from tests.system.presets.exported import RecordedPoller, as_counted, nonzero
+from tests.system.presets.exported import RecordedPoller, as_counted, nonzero, observed
 from tests.system.presets.processes import require
 
 pytestmark = pytest.mark.slow
@@ -49,8 +49,8 @@ async def test_counters_and_gauges_equal_pgqueuer_ground_truth(pgqueuer_dsn: str
         assert truth.statistics.get((entrypoint, status)) == n, (entrypoint, status)
     # ... and the exporter, polling all along, agrees with the log exactly.
     assert poller.tallies.counters() == as_counted(truth.counters)
-    assert {t: h.count for t, h in poller.tallies.duration.items()} == truth.histogram_counts
-    assert {t: h.count for t, h in poller.tallies.latency.items()} == truth.histogram_counts
+    assert observed(poller.tallies.duration) == truth.histogram_counts
+    assert observed(poller.tallies.latency) == truth.histogram_counts
     assert poller.tallies.wait == {}  # not exported: pgqueuer does not keep execute_after
     assert poller.tallies.latency["later"].total >= 2 * 3.0
     assert stuck_seen == [1]
