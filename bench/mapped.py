@@ -20,11 +20,12 @@ import asyncpg
 from bench.data import Shape, build_table
 from bench.measure import explain, median, unique_name
 from bench.timed import bench_queue, started_poller, timed_cycle
-from exporter.counting.changefeed import FOREVER, NIL
+from exporter.counting.changefeed import FOREVER
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import index_statements
 from exporter.counting.transitions import TransitionCursor
 from exporter.demo.cluster import Cluster
+from exporter.model import NIL
 from exporter.settings.table import ROLES, TableMapping
 
 MAPPING = TableMapping(

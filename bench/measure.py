@@ -27,13 +27,16 @@ import asyncpg
 
 from bench.data import create_exporter_indexes, drop_exporter_indexes
 from bench.timed import bench_queue, started_poller, timed_cycle
-from exporter.counting.changefeed import FOREVER, NIL
+from exporter.counting.changefeed import FOREVER
 from exporter.counting.results import ResultPaths
+from exporter.counting.sqltext import render_queries
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.db import APPLICATION_NAME, load_queries
+from exporter.db import APPLICATION_NAME
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
+from exporter.model import NIL
+from exporter.settings.table import TableMapping
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPORTER_INDEXES = (
@@ -147,7 +150,7 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     finally:
         await poller.database.close()
     paths = ResultPaths().as_tuple()
-    queries = load_queries("job")
+    queries = render_queries(TableMapping(name="job"))
     conn = await asyncpg.connect(dsn)
     try:
         plans = {

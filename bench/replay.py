@@ -24,10 +24,11 @@ from bench import statements
 from bench.data import Shape, build_table
 from bench.measure import ROOT
 from bench.throughput import BACKLOG, pgbench
-from exporter.counting.changefeed import NIL
 from exporter.counting.results import ResultPaths
-from exporter.db import load_queries
+from exporter.counting.sqltext import render_queries
 from exporter.demo.cluster import Cluster
+from exporter.model import NIL
+from exporter.settings.table import TableMapping
 
 CHUNK = 5000
 PRINT = "import json; from exporter.db import load_queries; print(json.dumps(load_queries('job')))"
@@ -117,7 +118,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     variants = {
         f"{args.baseline}": baseline_sql(args.baseline),
-        "this checkout": load_queries("job")["changes_after"],
+        "this checkout": render_queries(TableMapping(name="job"))["changes_after"],
     }
     cluster = Cluster()
     try:

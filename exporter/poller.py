@@ -19,10 +19,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from exporter.board import Board
-from exporter.counting.cycle import Collected, CountingError, CountingMode
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
 from exporter.model import Health, HeldJobs, QueueStatus, QueueView, Snapshot, Tallies
+from exporter.model.exchange import Collected, CountingError, CountingMode
 from exporter.profiles import Profile, profile_of
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT

@@ -19,6 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from exporter.counting.horizon import Horizon
+from exporter.model import NIL
 
 # pg_stat_activity publishes xact_start a few microseconds after the transaction took it: the
 # bound keeps this much slack. (The rows above the bound are read too, and read again when the
@@ -26,8 +27,6 @@ from exporter.counting.horizon import Horizon
 MARGIN = 0.25
 # The chunks' upper bound: the rows above the cycle's bound are read as well (see chunk()).
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
-# The smallest uuid: a key (t, NIL) sorts before every row stamped t.
-NIL = "00000000-0000-0000-0000-000000000000"
 
 
 Key = tuple[datetime, str]

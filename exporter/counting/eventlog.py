@@ -11,11 +11,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, first, gauges_from
 from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
+from exporter.model import Query, Results, Row
 
 
 class EventLogReader(LedgerReader, ABC):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.counting.cycle import PresetError, Row
+from exporter.model import PresetError, Row
 
 
 @dataclass(frozen=True)

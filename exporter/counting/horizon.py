@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from exporter.counting.cycle import PresetError, Row
+from exporter.model import PresetError, Row
 from exporter.vocabulary import PERMISSION
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes

@@ -7,9 +7,8 @@ horizon in autocommit, then its queries in one REPEATABLE READ, READ ONLY transa
 
 from __future__ import annotations
 
-from exporter.counting.cycle import Query
 from exporter.counting.ledger import Ledger
-from exporter.model import Tallies
+from exporter.model import Query, Tallies
 
 
 class LedgerReader:

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
-from exporter.counting.changefeed import NIL
 from exporter.counting.statuses import SQL_CHARS
+from exporter.model import NIL, REFERENCE_SHAPE, TableShape
 from exporter.settings import QueueSettings
 from exporter.settings.table import (
     ROLES,
@@ -28,31 +28,6 @@ from exporter.vocabulary import DEFAULT_PROFILE, Status
 # the label knows it was cut (model.JobTypeLabels), and a megabyte never crosses the wire.
 JOB_TYPE_SQL_CHARS = 129
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
-# The smallest key of each job_id type: the keyset cursor's start (every row sorts after it).
-_SENTINELS = {
-    "uuid": NIL,
-    "int2": str(-(2**15)),
-    "int4": str(-(2**31)),
-    "int8": str(-(2**63)),
-}
-_TEXT_SENTINEL = ""  # the empty string sorts first in every collation
-
-
-@dataclass(frozen=True)
-class TableShape:
-    """What the catalog says about the mapped table that the SQL must follow."""
-
-    job_id_type: str = "uuid"  # the base type's name: uuid, int2/int4/int8, text, varchar
-    job_type_text: bool = False  # text (or enum) job types instead of integers
-    status_padded: bool = False  # a char(n) status column: its values carry trailing blanks
-
-    @property
-    def cursor_start(self) -> str:
-        """The job_id text that sorts before every row (the keyset cursor's sentinel)."""
-        return _SENTINELS.get(self.job_id_type, _TEXT_SENTINEL)
-
-
-REFERENCE_SHAPE = TableShape()
 
 
 def _read(name: str) -> str:

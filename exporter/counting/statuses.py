@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.counting.cycle import Notice
+from exporter.model import Notice
 from exporter.settings.table import REFERENCE_STATUS_VALUES, TableMapping
 from exporter.vocabulary import Status
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.counting.changefeed import ChangeFeed
-from exporter.counting.cycle import Collected, Cycle, Notice, Query, Row
 from exporter.counting.horizon import Horizon
 from exporter.counting.statuses import row_notice, stats_notices
 from exporter.counting.tracker import Tracker, TrackerOptions
@@ -22,10 +21,15 @@ from exporter.model import (
     PENDING,
     RUNNING,
     ActiveStats,
+    Collected,
+    Cycle,
     Figures,
     JobRow,
     JobType,
     JobTypeLabels,
+    Notice,
+    Query,
+    Row,
     Snapshot,
     Tallies,
 )

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence, Set
 from dataclasses import dataclass, field
 
-from exporter.counting.cycle import Row
+from exporter.model import Row
 
 
 @dataclass

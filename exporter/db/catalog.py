@@ -15,8 +15,8 @@ from typing import Any
 
 import asyncpg
 
-from exporter.counting.sqltext import TableShape
 from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, connect, translate
+from exporter.model import TableShape
 from exporter.settings import ConfigError, QueueSettings, Settings
 from exporter.settings.table import (
     ENUM,

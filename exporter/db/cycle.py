@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from exporter.counting.cycle import Collected, CountingMode, Cycle, Query
 from exporter.db.pool import Database, translate
+from exporter.model import Collected, CountingMode, Cycle, Query
 
 
 async def run_cycle(

@@ -17,9 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.counting.sqltext import REFERENCE_SHAPE, TableShape, render_queries
 from exporter.settings.secrets import dsn_target
-from exporter.settings.table import TableMapping
 from exporter.settings.table import quote_table as quote_table
 from exporter.vocabulary import SCHEMA
 
@@ -59,11 +57,14 @@ async def connect(dsn: str, *args: Any, **kwargs: Any) -> Any:
     return conn
 
 
-def load_queries(table: str | TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
-    """The named SQL blocks of queries.sql for a reference-shaped table name, or a mapping and
-    the table's shape (exporter/counting/sqltext.py renders them)."""
-    mapping = TableMapping(name=table) if isinstance(table, str) else table
-    return render_queries(mapping, shape)
+# The index check's catalog look-up: the names of the table's indexes (table_exists is false
+# when there is no such table). $1: the table's name, quoted as identifiers. The database
+# layer's own statement, not a profile's: it reads only the catalog, whatever the queue.
+INDEXES_SQL = """
+SELECT to_regclass($1) IS NOT NULL AS table_exists,
+       coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                      WHERE i.indrelid = to_regclass($1)), '{}') AS names
+"""
 
 
 @dataclass(frozen=True)
@@ -83,8 +84,6 @@ class Database:
 
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
-        # The catalog look-up of the index check (the table is its argument).
-        self._indexes = load_queries(options.table)["indexes"]
         self._pool: Any = None
 
     async def _get_pool(self) -> Any:
@@ -140,7 +139,7 @@ class Database:
         is missing."""
         try:
             async with self.session() as conn:
-                row = await conn.fetchrow(self._indexes, quote_table(table))
+                row = await conn.fetchrow(INDEXES_SQL, quote_table(table))
         except Exception as exc:
             raise translate(exc) from None
         if not row["table_exists"]:

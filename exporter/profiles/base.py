@@ -12,11 +12,19 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal, Protocol
 
-from exporter.counting.cycle import CountingMode, PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.ledger import Ledger
-from exporter.counting.sqltext import TableShape
-from exporter.model import Coverage, JobTypeLabels, Tallies
+from exporter.model import (
+    CountingMode,
+    Coverage,
+    JobTypeLabels,
+    PresetError,
+    Query,
+    Results,
+    Row,
+    TableShape,
+    Tallies,
+)
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 

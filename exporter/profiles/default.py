@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from exporter.counting.cycle import CountingMode
 from exporter.counting.results import ResultPaths
-from exporter.counting.sqltext import TableShape, index_names, render_queries
+from exporter.counting.sqltext import index_names, render_queries
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import Coverage, JobTypeLabels, Tallies
+from exporter.model import CountingMode, Coverage, JobTypeLabels, TableShape, Tallies
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping

@@ -11,13 +11,13 @@ finished since, found by primary key: exporter/counting/window.py.
 
 from __future__ import annotations
 
-from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
+from exporter.model import PresetError, Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 

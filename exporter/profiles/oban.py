@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of
 from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
+from exporter.model import PresetError, Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 

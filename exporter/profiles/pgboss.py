@@ -9,12 +9,12 @@ compares each with what it last knew of that job id. The attempt history lives i
 
 from __future__ import annotations
 
-from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
+from exporter.model import PresetError, Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.counting.cycle import Collected, CountingMode, Cycle, Query, Row
 from exporter.counting.ledger import Ledger
-from exporter.model import Coverage, JobTypeLabels, PresetJobTypes, Tallies
+from exporter.model import (
+    Collected,
+    CountingMode,
+    Coverage,
+    Cycle,
+    JobTypeLabels,
+    PresetJobTypes,
+    Query,
+    Row,
+    Tallies,
+)
 from exporter.profiles.base import Preset, PresetReader, Profile
 from exporter.profiles.mapping import coverage_of, snapshot_of
 from exporter.settings import QueueSettings

@@ -111,13 +111,6 @@ SELECT {job_id}::text AS job_id FROM {table} WHERE {status} = {dead};
 -- $1: job ids as text, cast to the column's own type so that its index serves the lookup.
 SELECT {job_id}::text AS job_id FROM {table} WHERE {job_id} = ANY($1::text[]::{job_id_type}[]);
 
--- name: indexes
--- Names of the indexes on the table; NULL table means the table does not exist.
--- $1: the table's name, quoted as identifiers.
-SELECT to_regclass($1) IS NOT NULL AS table_exists,
-       coalesce(array(SELECT c.relname::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                      WHERE i.indrelid = to_regclass($1)), '{}') AS names;
-
 -- name: horizon
 -- Autocommit, before the cycle's snapshot (exporter/horizon.py has the argument): the start of
 -- the oldest transaction open in this database, how many sessions this role may not see

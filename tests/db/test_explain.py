@@ -7,7 +7,8 @@ from typing import Any
 
 import asyncpg
 
-from exporter.db import load_queries
+from exporter.counting.sqltext import render_queries
+from exporter.settings.table import TableMapping
 
 # A history shaped like the queue's: 99 % DONE over 90 days, some DEAD, a few hundred PENDING
 # (some in backoff), about 50 RUNNING (some with an expired lease).
@@ -56,7 +57,7 @@ async def test_per_cycle_queries_use_indexes_on_a_100k_row_table(db_dsn: str) ->
         await conn.execute("ANALYZE job")
         assert await conn.fetchval("SELECT count(*) FROM job") == 100000
         now = await conn.fetchval("SELECT extract(epoch FROM now())::float8")
-        queries = load_queries("job")
+        queries = render_queries(TableMapping(name="job"))
         scans: dict[str, list[str]] = {}
         for name, args in ARGS.items():
             arguments = (now - 30.0,) if name == "changes" else args

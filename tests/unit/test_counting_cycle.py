@@ -6,10 +6,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from exporter.counting.cycle import Collected, Cycle, Query, Row
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import JobTypeLabels, Tallies
+from exporter.model import Collected, Cycle, JobTypeLabels, Query, Row, Tallies
 from exporter.vocabulary import Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from exporter.counting.cycle import PresetError
 from exporter.counting.gauges import Reading
 from exporter.counting.window import EnqueueWindow
+from exporter.model import PresetError
 from exporter.profiles import PRESETS
 from exporter.profiles.django_tasks import ACTIVE, CLOCK_MARGIN, DjangoTasksReader
 from exporter.profiles.mapping import NEVER_FILLED, coverage_of

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from exporter.counting.cycle import PresetError
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
+from exporter.model import PresetError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
 from exporter.profiles.preset import PresetMode
 from exporter.runtime import QueueRuntime

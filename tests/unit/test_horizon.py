@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.changefeed import FOREVER, MARGIN, NIL, ChangeFeed
+from exporter.counting.changefeed import FOREVER, MARGIN, ChangeFeed
 from exporter.counting.horizon import Horizon
+from exporter.model import NIL
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -10,7 +10,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from exporter.counting.sqltext import TableShape, render_queries
+from exporter.counting.sqltext import render_queries
 from exporter.counting.statuses import (
     MAX_NAMED,
     OTHER_VALUES,
@@ -28,7 +28,15 @@ from exporter.counting.statuses import (
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY, CursorOptions, TransitionCursor
 from exporter.metrics import render
-from exporter.model import DEAD, PENDING, ConfigStatus, JobTypeLabels, QueueStatus, Tallies
+from exporter.model import (
+    DEAD,
+    PENDING,
+    ConfigStatus,
+    JobTypeLabels,
+    QueueStatus,
+    TableShape,
+    Tallies,
+)
 from exporter.profiles import PRESETS
 from exporter.profiles.mapping import coverage_of
 from exporter.settings.table import TableMapping

@@ -1,20 +1,27 @@
 """What a counting mode and the database layer exchange: statements out, rows in.
 
 No I/O: a counting mode hands out :class:`Query` values, the database layer runs them (see
-docs/presets.md, "Interface") and passes the rows back.
+docs/presets.md, "Interface") and passes the rows back; the catalog check hands the SQL its
+:class:`TableShape`. Both layers import these from here, so neither imports the other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from exporter.model import Snapshot
 from exporter.vocabulary import SCHEMA
+
+if TYPE_CHECKING:
+    # Only an annotation here: the package's __init__ imports this module before it defines it.
+    from exporter.model import Snapshot
 
 Row = Mapping[str, Any]
 Results = Mapping[str, Sequence[Row]]
+
+# The smallest uuid: a key (t, NIL) sorts before every row stamped t.
+NIL = "00000000-0000-0000-0000-000000000000"
 
 
 class CountingError(Exception):
@@ -94,3 +101,30 @@ class CountingMode(Protocol):
     def held(self) -> int | None:
         """Finished jobs kept until the cursor passes them (None: the mode keeps none)."""
         ...
+
+
+# The smallest key of each job_id type: the keyset cursor's start (every row sorts after it).
+_SENTINELS = {
+    "uuid": NIL,
+    "int2": str(-(2**15)),
+    "int4": str(-(2**31)),
+    "int8": str(-(2**63)),
+}
+_TEXT_SENTINEL = ""  # the empty string sorts first in every collation
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """What the catalog says about the mapped table that the SQL must follow."""
+
+    job_id_type: str = "uuid"  # the base type's name: uuid, int2/int4/int8, text, varchar
+    job_type_text: bool = False  # text (or enum) job types instead of integers
+    status_padded: bool = False  # a char(n) status column: its values carry trailing blanks
+
+    @property
+    def cursor_start(self) -> str:
+        """The job_id text that sorts before every row (the keyset cursor's sentinel)."""
+        return _SENTINELS.get(self.job_id_type, _TEXT_SENTINEL)
+
+
+REFERENCE_SHAPE = TableShape()

@@ -1,4 +1,5 @@
-"""Plain data shared by the layers: rows read from the queue, the snapshot, the tallies.
+"""Plain data shared by the layers: rows read from the queue, the snapshot, the tallies, and
+(in exchange.py) what a counting mode and the database layer pass each other.
 
 No I/O here. Times are Unix seconds taken from the database's clock.
 """
@@ -17,6 +18,18 @@ from exporter.labels import JobType as JobType
 from exporter.labels import JobTypeLabels as JobTypeLabels
 from exporter.labels import PresetJobTypes as PresetJobTypes
 from exporter.labels import job_type_label as job_type_label
+from exporter.model.exchange import NIL as NIL
+from exporter.model.exchange import REFERENCE_SHAPE as REFERENCE_SHAPE
+from exporter.model.exchange import Collected as Collected
+from exporter.model.exchange import CountingError as CountingError
+from exporter.model.exchange import CountingMode as CountingMode
+from exporter.model.exchange import Cycle as Cycle
+from exporter.model.exchange import Notice as Notice
+from exporter.model.exchange import PresetError as PresetError
+from exporter.model.exchange import Query as Query
+from exporter.model.exchange import Results as Results
+from exporter.model.exchange import Row as Row
+from exporter.model.exchange import TableShape as TableShape
 from exporter.vocabulary import (
     COST_COMPONENTS,
     FAILURE_REASONS,
