@@ -22,8 +22,8 @@ from bench.measure import explain, median, unique_name
 from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER
 from exporter.counting.results import ResultPaths
-from exporter.counting.sqltext import index_statements
-from exporter.counting.transitions import TransitionCursor
+from exporter.counting.sqltext import index_statements, render_queries
+from exporter.db.catalog import inspect_table
 from exporter.demo.cluster import Cluster
 from exporter.model import NIL
 from exporter.settings.table import ROLES, TableMapping
@@ -94,9 +94,9 @@ async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, An
         conn = await asyncpg.connect(dsn)
         try:
             for name, poller in pollers.items():
-                mode = poller.mode
-                assert isinstance(mode, TransitionCursor)
-                sql = mode.sql  # as the table check rendered it for the table's real types
+                # As the table check renders it for the table's real types.
+                shape = await inspect_table(poller.database, tables[name])
+                sql = render_queries(tables[name], shape)
                 since = await conn.fetchval("SELECT now() - interval '1 second'")
                 paths = ResultPaths().query_args()
                 out[name]["explain_ms"] = {

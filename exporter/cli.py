@@ -43,7 +43,6 @@ from exporter.settings.flags import (
 )
 from exporter.settings.flags import build_parser as build_parser  # callers build it from here
 from exporter.settings.reference import format_duration
-from exporter.vocabulary import DEFAULT_PROFILE
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -119,15 +118,15 @@ def _catalog_verdict(settings: Settings) -> str:
     on every queue with a DSN (ConfigError with the start's messages when one does not fit)."""
     from exporter.db.catalog import check_tables
 
-    checked = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
+    checked = [q for q in _mapped(settings) if q.database.dsn]
     if not checked:
         why = "no DSN in the file, environment or flags to check the table mappings against"
-        if settings.queues and all(q.profile != DEFAULT_PROFILE for q in settings.queues):
+        if settings.queues and not _mapped(settings):
             why = "a preset's tables are checked by its first collection"
         return f"OK (the file only: {why})"
     import asyncio
 
-    unchecked = {u.queue: u.why for u in asyncio.run(check_tables(settings))}
+    unchecked = {u.queue: u.why for u in asyncio.run(check_tables(checked))}
     parts = [
         f"queue {q.name}: table {q.mapping.name} NOT checked, the database cannot be reached "
         f"({unchecked[q.name]})"
@@ -160,12 +159,17 @@ def _render_rules(
     return EXIT_OK
 
 
-def _table(queue: QueueSettings) -> str:
-    if queue.profile == DEFAULT_PROFILE:
-        return queue.database.table
-    from exporter.profiles import PRESETS
+def _mapped(settings: Settings) -> list[QueueSettings]:
+    """The queues that name their own table by a mapping (the catalog check's)."""
+    from exporter.profiles import profile_of
 
-    return PRESETS[queue.profile].table
+    return [queue for queue in settings.queues if profile_of(queue).maps_table]
+
+
+def _table(queue: QueueSettings) -> str:
+    from exporter.profiles import profile_of
+
+    return profile_of(queue).watched_table(queue)
 
 
 def log_start(queues: Iterable[QueueSettings]) -> None:
@@ -188,9 +192,14 @@ def log_start(queues: Iterable[QueueSettings]) -> None:
 
 def _print_indexes(settings: Settings) -> int:
     from exporter.counting.sqltext import index_script
-    from exporter.profiles import PRESETS
+    from exporter.profiles import PRESETS, profile_of
 
-    sys.stdout.write(index_script(settings.queues, lambda name: PRESETS[name].index_sql()))
+    script = index_script(
+        settings.queues,
+        lambda queue: profile_of(queue).maps_table,
+        lambda name: PRESETS[name].index_sql(),
+    )
+    sys.stdout.write(script)
     sys.stdout.flush()
     return EXIT_OK
 
@@ -203,7 +212,7 @@ def _checked_tables(settings: Settings) -> Settings:
 
     from exporter.db.catalog import check_tables
 
-    for unchecked in asyncio.run(check_tables(settings)):
+    for unchecked in asyncio.run(check_tables(_mapped(settings))):
         logging.getLogger(__name__).warning(
             "table mapping not checked now: the database cannot be reached; the first "
             "collection checks it",

@@ -23,7 +23,7 @@ from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
 from exporter.model import Health, HeldJobs, QueueStatus, QueueView, Snapshot, Tallies
 from exporter.model.exchange import Collected, CountingError, CountingMode
-from exporter.profiles import Profile, profile_of
+from exporter.profiles import profile_of
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
 
@@ -52,7 +52,7 @@ class Poller:
         self.settings = settings
         self.database = database
         self.board = board
-        self.profile: Profile = profile_of(settings)
+        self.profile = profile_of(settings)
         self._monotonic = monotonic
         self._rng = rng or random.Random()
         collect = settings.collect

@@ -22,7 +22,7 @@ from exporter.settings.table import (
     quote_table,
     sql_literal,
 )
-from exporter.vocabulary import DEFAULT_PROFILE, Status
+from exporter.vocabulary import Status
 
 # A text job type is cut to this many characters in SQL: one more than the label keeps, so
 # the label knows it was cut (model.JobTypeLabels), and a megabyte never crosses the wire.
@@ -143,11 +143,14 @@ def index_names(mapping: TableMapping) -> tuple[str, ...]:
 
 
 def index_script(
-    queues: Sequence[QueueSettings], preset_sql: Callable[[str], str | None] = lambda _: None
+    queues: Sequence[QueueSettings],
+    maps_table: Callable[[QueueSettings], bool],
+    preset_sql: Callable[[str], str | None] = lambda _: None,
 ) -> str:
     """The CREATE INDEX CONCURRENTLY statements every queue's table needs, each with its reason,
-    once per table: what ``jobqueue-exporter indexes`` prints. ``preset_sql`` gives a preset
-    profile's statements (None: it needs none)."""
+    once per table: what ``jobqueue-exporter indexes`` prints. ``maps_table`` tells the queues
+    that name their own table by a mapping (the profile answers); ``preset_sql`` gives the other
+    (preset) profiles' statements (None: it needs none)."""
     out = [
         "-- The exporter's indexes for each queue's table, named after the table. CONCURRENTLY",
         "-- does not block the queue's writes; each statement runs on its own, outside a",
@@ -155,7 +158,7 @@ def index_script(
     ]
     done: set[str] = set()  # tables, and presets as "preset NAME" (no table has a space)
     for queue in queues:
-        if queue.profile != DEFAULT_PROFILE:
+        if not maps_table(queue):
             out += ["", f"-- Queue {queue.name}: the {queue.profile} preset (docs/presets.md)."]
             if f"preset {queue.profile}" in done:
                 out.append("-- (the same preset as an earlier queue: its indexes are above)")

@@ -9,7 +9,7 @@ YAML line of the mistake, and the table's real columns.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,7 @@ import asyncpg
 
 from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, connect, translate
 from exporter.model import TableShape
-from exporter.settings import ConfigError, QueueSettings, Settings
+from exporter.settings import ConfigError, QueueSettings
 from exporter.settings.table import (
     ENUM,
     INTEGER_TYPES,
@@ -30,7 +30,7 @@ from exporter.settings.table import (
     quote_table,
 )
 from exporter.settings.yamlfile import suggest
-from exporter.vocabulary import DEFAULT_PROFILE, Status
+from exporter.vocabulary import Status
 
 MAPPING_DOCS = 'docs/configuration.md, "A home-grown table"'
 
@@ -207,13 +207,14 @@ async def _check_one(queue: QueueSettings) -> str | Unchecked | None:
     return None
 
 
-async def check_tables(settings: Settings) -> list[Unchecked]:
-    """Check every default-profile queue's table mapping against its database's catalog, all at
-    once; ConfigError naming each mistake (field, YAML line, real columns). The queues whose
-    catalog could not be asked (a database down) are returned, not raised: a database that is
-    down must not keep the exporter from serving jobqueue_up 0."""
-    queues = [q for q in settings.queues if q.profile == DEFAULT_PROFILE and q.database.dsn]
-    verdicts = await asyncio.gather(*(_check_one(queue) for queue in queues))
+async def check_tables(queues: Iterable[QueueSettings]) -> list[Unchecked]:
+    """Check the table mapping of each of ``queues`` with a DSN (the caller picks the queues
+    whose profile maps a table) against its database's catalog, all at once; ConfigError
+    naming each mistake (field, YAML line, real columns). The queues whose catalog could not be
+    asked (a database down) are returned, not raised: a database that is down must not keep the
+    exporter from serving jobqueue_up 0."""
+    with_dsn = [queue for queue in queues if queue.database.dsn]
+    verdicts = await asyncio.gather(*(_check_one(queue) for queue in with_dsn))
     problems = [verdict for verdict in verdicts if isinstance(verdict, str)]
     if problems:
         raise ConfigError("\n".join(problems))

@@ -9,6 +9,8 @@ docs/presets.md for the interface and the proofs.
 
 from __future__ import annotations
 
+from typing import Any
+
 from exporter.counting.ledger import Ledger
 from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
 from exporter.profiles.base import Preset, PresetReader, Profile
@@ -54,12 +56,13 @@ PRESETS: dict[str, Preset] = {
     )
 }  # fmt: skip
 
-PROFILES: dict[str, Profile] = {
+# Any: each profile's hooks take the mode that profile made, which the poller hands back.
+PROFILES: dict[str, Profile[Any]] = {
     DEFAULT.name: DEFAULT,
     **{name: preset_profile(preset) for name, preset in PRESETS.items()},
 }
 
 
-def profile_of(settings: QueueSettings) -> Profile:
+def profile_of(settings: QueueSettings) -> Profile[Any]:
     """The profile a queue's settings name."""
     return PROFILES[settings.profile]

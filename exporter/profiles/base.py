@@ -10,7 +10,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Literal, Protocol
+from typing import Generic, Literal, Protocol, TypeVar
 
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.ledger import Ledger
@@ -82,8 +82,13 @@ def load_queries(preset: str, *, event_log: str | None = None) -> dict[str, str]
     return {name: sql.replace("{sessions}", shared["sessions"]) for name, sql in blocks.items()}
 
 
+# The profile's own counting mode: its hooks (check_table, retune) take the mode it made, so
+# they never downcast a CountingMode to find out which one they were given.
+M = TypeVar("M", bound=CountingMode)
+
+
 @dataclass(frozen=True)
-class Profile:
+class Profile(Generic[M]):
     """A queue schema as data plus a counting mode: what the one collection loop runs."""
 
     name: str
@@ -93,7 +98,7 @@ class Profile:
     watched_table: Callable[[QueueSettings], str]
     make_labels: Callable[[QueueSettings], JobTypeLabels]
     # A fresh counting mode (a new baseline) that counts into the queue's labels and tallies.
-    make_mode: Callable[[QueueSettings, JobTypeLabels, Tallies], CountingMode]
+    make_mode: Callable[[QueueSettings, JobTypeLabels, Tallies], M]
     note: Mapping[str, str] = field(default_factory=dict)  # logged once at start
     # How long the library keeps a finished row by default, when short enough to matter: a
     # row pruned between two cycles is never read, so start-up warns above half of it.
@@ -105,7 +110,7 @@ class Profile:
     # The check reads the catalog through the callable the poller hands it (profiles do no I/O).
     check_table: (
         Callable[
-            [QueueSettings, Callable[[TableMapping], Awaitable[TableShape]], CountingMode],
+            [QueueSettings, Callable[[TableMapping], Awaitable[TableShape]], M],
             Awaitable[None],
         ]
         | None
@@ -113,11 +118,17 @@ class Profile:
 
     # Hands a running mode the live settings it reads every cycle, after a reload that keeps
     # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
-    retune: Callable[[QueueSettings, CountingMode], None] | None = None
+    retune: Callable[[QueueSettings, M], None] | None = None
 
     # The series a queue's own settings leave out (the default profile's result paths);
     # None: ``coverage`` whatever the settings.
     settings_coverage: Callable[[QueueSettings], Coverage] | None = None
+
+    @property
+    def maps_table(self) -> bool:
+        """Whether a queue of this profile names its own table by a mapping, which the catalog
+        check judges and ``indexes`` prints statements for (a preset reads its library's)."""
+        return self.check_table is not None
 
     def coverage_for(self, settings: QueueSettings) -> Coverage:
         """The series this queue fills: the profile's, less what its settings leave out."""

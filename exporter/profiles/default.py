@@ -12,7 +12,7 @@ from exporter.counting.sqltext import index_names, render_queries
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import CountingMode, Coverage, JobTypeLabels, TableShape, Tallies
+from exporter.model import Coverage, JobTypeLabels, TableShape, Tallies
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
@@ -51,7 +51,7 @@ def _labels(settings: QueueSettings) -> JobTypeLabels:
     return JobTypeLabels(collect.job_types, collect.max_job_types)
 
 
-def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> CountingMode:
+def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> TransitionCursor:
     collect = settings.collect
     tracker = TrackerOptions(
         commit_lag_tolerance=collect.commit_lag_tolerance,
@@ -74,25 +74,22 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> C
 async def _check_table(
     settings: QueueSettings,
     inspect: Callable[[TableMapping], Awaitable[TableShape]],
-    mode: CountingMode,
+    mode: TransitionCursor,
 ) -> None:
     """The mapping checked against the catalog by ``inspect`` (the poller passes the database
     layer's, which raises DatabaseError "schema" naming each mistake), and the mode's SQL
     rendered for the table's real types (its job_id's, its job_type's)."""
-    shape = await inspect(settings.mapping)
-    if isinstance(mode, TransitionCursor):
-        mode.sql = render_queries(settings.mapping, shape)
+    mode.sql = render_queries(settings.mapping, await inspect(settings.mapping))
 
 
-def _retune(settings: QueueSettings, mode: CountingMode) -> None:
-    if isinstance(mode, TransitionCursor):
-        collect = settings.collect
-        mode.options = replace(
-            mode.options, stuck_threshold=collect.stuck_threshold, done_count=collect.done_count
-        )
+def _retune(settings: QueueSettings, mode: TransitionCursor) -> None:
+    collect = settings.collect
+    mode.options = replace(
+        mode.options, stuck_threshold=collect.stuck_threshold, done_count=collect.done_count
+    )
 
 
-DEFAULT = Profile(
+DEFAULT: Profile[TransitionCursor] = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
     settings_coverage=_coverage,

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from exporter.counting.ledger import Ledger
 from exporter.model import (
     Collected,
-    CountingMode,
     Coverage,
     Cycle,
     JobTypeLabels,
@@ -58,14 +57,14 @@ class PresetMode:
         )
 
 
-def preset_profile(preset: Preset) -> Profile:
+def preset_profile(preset: Preset) -> Profile[PresetMode]:
     """The profile of a preset: its table, its index file, and its reader as the mode."""
     coverage = coverage_of(preset.capabilities)
 
     def labels(settings: QueueSettings) -> JobTypeLabels:
         return PresetJobTypes(settings.collect.max_job_types)
 
-    def mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> CountingMode:
+    def mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> PresetMode:
         assert isinstance(labels, PresetJobTypes)
         # None: the library's own default heartbeat / stalled-worker timeout.
         reader = preset.make_reader(settings.collect.heartbeat_timeout, Ledger(labels, tallies))

@@ -148,7 +148,7 @@ async def test_a_database_down_at_start_is_checked_by_the_first_collection(
     down = mapped(tmp_path, "postgresql://nobody@127.0.0.1:1/nowhere")
     down = replace(down, database=replace(down.database, connect_timeout=1.0))
     # Not an error: the exporter serves jobqueue_up 0 rather than refusing to start.
-    (unchecked,) = await check_tables(served(down))
+    (unchecked,) = await check_tables(served(down).queues)
     assert unchecked.queue == down.name
     assert unchecked.why.startswith("connection failed: ")
     # The database comes up with a table the mapping does not fit: the collection says why.
@@ -186,7 +186,7 @@ async def test_a_reload_to_a_mapping_the_catalog_refuses_keeps_the_running_one(
 
     def reload_wrong() -> Settings:
         settings = served(wrong)
-        asyncio.run(check_tables(settings))
+        asyncio.run(check_tables(settings.queues))
         return settings
 
     service = Service(served(queue), reload_wrong)
@@ -254,7 +254,7 @@ async def test_text_ids_integer_statuses_and_enum_job_types_are_counted_in_keyse
     )
     (loaded,) = load_settings(str(path), {}, {}).queues
     queue = replace(loaded, name=QUEUE, collect=fast_queue(db_dsn, max_rows_per_query=1).collect)
-    await check_tables(served(queue))  # the catalog agrees
+    await check_tables(served(queue).queues)  # the catalog agrees
     for statement in index_statements(queue.mapping):
         await execute(db_dsn, statement.sql)
     await execute(db_dsn, "INSERT INTO q.jobs (id, job_type) VALUES ('b', 'mail'), "

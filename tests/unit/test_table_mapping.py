@@ -19,6 +19,7 @@ from exporter.counting.sqltext import (
 )
 from exporter.db.catalog import Column, MappingError, check_mapping
 from exporter.model import JobTypeLabels, job_type_label
+from exporter.profiles import profile_of
 from exporter.settings import Change, ConfigError, Settings, load_settings
 from exporter.settings.changes import queue_change
 from exporter.settings.table import ROLES, TableMapping
@@ -200,7 +201,7 @@ def test_the_indexes_script_names_each_queue_and_each_table_once(tmp_path: Path)
         "  - name: again\n    database: {dsn: postgresql://u@h/db, table: app.tasks}\n"
         "  - name: boss\n    profile: pgboss\n    database: {dsn: postgresql://u@h/db}\n"
     )
-    script = index_script(load(tmp_path, text).queues)
+    script = index_script(load(tmp_path, text).queues, lambda q: profile_of(q).maps_table)
     assert script.count("CREATE INDEX CONCURRENTLY") == 3
     assert "-- Queue tasks: table app.tasks." in script
     assert "-- Queue again: table app.tasks." in script
