@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from bench import measure
+from bench import cycles, processes, serving, writes
 from bench.data import Shape, build_table
 from bench.peer import measure_peer
 from exporter.demo.cluster import Cluster
@@ -62,7 +62,7 @@ class Plan:
 
 async def run_size(cluster: Cluster, rows: int, plan: Plan, peer: bool) -> dict[str, Any]:
     """Every measurement at one table size, on a fresh database."""
-    name = measure.unique_name(f"bench_{rows}")
+    name = processes.unique_name(f"bench_{rows}")
     cluster.create_database(name)
     dsn = cluster.dsn(name)
     result: dict[str, Any] = {"rows": rows}
@@ -75,12 +75,12 @@ async def run_size(cluster: Cluster, rows: int, plan: Plan, peer: bool) -> dict[
             result["table_bytes"] = int(await conn.fetchval("SELECT pg_table_size('job')"))
         finally:
             await conn.close()
-        fleet = measure.start_fleet(dsn, plan.fleet_rate)
-        exporter, port = measure.start_exporter(dsn, interval="1s")
+        fleet = processes.start_fleet(dsn, plan.fleet_rate)
+        exporter, port = processes.start_exporter(dsn, interval="1s")
         url = f"http://127.0.0.1:{port}/metrics"
         rss: list[int] = []
         try:
-            await measure.wait_ready(port, exporter)
+            await processes.wait_ready(port, exporter)
             cpu0, t0 = exporter.cpu_seconds(), time.monotonic()
 
             async def sample() -> None:
@@ -91,26 +91,26 @@ async def run_size(cluster: Cluster, rows: int, plan: Plan, peer: bool) -> dict[
             sampler = asyncio.create_task(sample())
             try:
                 await asyncio.sleep(plan.warmup)
-                result["exporter_cycle"] = await measure.exporter_cycle(
+                result["exporter_cycle"] = await cycles.exporter_cycle(
                     dsn, plan.cycles, plan.cycle_pause
                 )
-                result["queue_reports"] = await measure.queue_reports(dsn, plan.report_runs)
-                result["serving"] = await measure.serving(url, plan.scrapers, plan.serve_seconds)
-                result["serving_paced"] = await measure.serving(
+                result["queue_reports"] = await cycles.queue_reports(dsn, plan.report_runs)
+                result["serving"] = await serving.serving(url, plan.scrapers, plan.serve_seconds)
+                result["serving_paced"] = await serving.serving(
                     url, plan.scrapers, plan.serve_seconds, period=1.0
                 )
-                result["serving_gzip"] = await measure.serving(
+                result["serving_gzip"] = await serving.serving(
                     url, plan.scrapers, plan.serve_seconds, encoding="gzip"
                 )
-                result["serving_paced_gzip"] = await measure.serving(
+                result["serving_paced_gzip"] = await serving.serving(
                     url, plan.scrapers, plan.serve_seconds, period=1.0, encoding="gzip"
                 )
                 result["serving_wrk"] = await asyncio.to_thread(
-                    measure.serving_wrk, url, plan.scrapers, plan.serve_seconds
+                    serving.serving_wrk, url, plan.scrapers, plan.serve_seconds
                 )
-                text = await measure.scrape_text(url)
-                result["exporter_metric_query_ms"] = measure.query_durations_from_metrics(text)
-                result["exporter_connections"] = await measure.exporter_connections(dsn)
+                text = await serving.scrape_text(url)
+                result["exporter_metric_query_ms"] = serving.query_durations_from_metrics(text)
+                result["exporter_connections"] = await processes.exporter_connections(dsn)
             finally:
                 sampler.cancel()
             result["footprint"] = {
@@ -126,7 +126,7 @@ async def run_size(cluster: Cluster, rows: int, plan: Plan, peer: bool) -> dict[
                 print(err, file=sys.stderr)
         cycle = result["exporter_cycle"]["total_ms"]
         result["ratio"] = result["queue_reports"]["total_ms"] / cycle if cycle else 0.0
-        result["write_overhead"] = await measure.write_overhead(
+        result["write_overhead"] = await writes.write_overhead(
             dsn, plan.write_runs, plan.write_seconds, plan.write_clients
         )
         if peer:

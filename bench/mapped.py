@@ -5,7 +5,7 @@ bench/data.py builds the reference table; ``app.tasks`` is the same rows under i
 (text states and job types, a bigint id), with the exporter's indexes rendered from the mapping.
 Both are read by the exporter's own poller (bench/timed.py: its counting mode, its pool, its
 table check), their cycles interleaved so that the machine's noise falls on both alike; the dead-letter recount
-cycles are reported apart, as bench/measure.py does. Prints a Markdown table.
+cycles are reported apart, as bench/cycles.py does. Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from typing import Any
 import asyncpg
 
 from bench.data import Shape, build_table
-from bench.measure import explain, median, unique_name
+from bench.plans import explain
+from bench.processes import unique_name
+from bench.stats import median
 from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER
 from exporter.counting.results import ResultPaths

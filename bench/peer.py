@@ -15,7 +15,10 @@ from typing import Any
 
 import yaml
 
-from bench.measure import QUEUE_OPS, Process, percentile, scrape_text, serving
+from bench.cycles import QUEUE_OPS
+from bench.processes import Process
+from bench.serving import scrape_text, serving
+from bench.stats import percentile
 from exporter.demo.cluster import free_port
 
 ENV = "BENCH_QUERY_EXPORTER"

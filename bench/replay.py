@@ -22,7 +22,7 @@ import asyncpg
 
 from bench import statements
 from bench.data import Shape, build_table
-from bench.measure import ROOT
+from bench.processes import ROOT
 from bench.throughput import BACKLOG, pgbench
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import render_queries

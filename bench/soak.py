@@ -17,7 +17,7 @@ from typing import Any
 
 import aiohttp
 
-from bench import measure
+from bench import processes, stats
 from bench.data import Shape, build_table
 from exporter.demo.cluster import Cluster
 
@@ -27,13 +27,13 @@ FLAT_TOLERANCE = 0.10
 
 async def soak(dsn: str, minutes: float, every: float, rate: float) -> dict[str, Any]:
     """Run the exporter and the fleet for ``minutes``, scraping once a second."""
-    fleet = measure.start_fleet(dsn, rate)
-    exporter, port = measure.start_exporter(dsn, interval="15s")
+    fleet = processes.start_fleet(dsn, rate)
+    exporter, port = processes.start_exporter(dsn, interval="15s")
     url = f"http://127.0.0.1:{port}/metrics"
     samples: list[dict[str, float]] = []
     failures = 0
     try:
-        await measure.wait_ready(port, exporter)
+        await processes.wait_ready(port, exporter)
         began = time.monotonic()
         next_report = began + every
         cpu0, last = exporter.cpu_seconds(), began
@@ -50,7 +50,7 @@ async def soak(dsn: str, minutes: float, every: float, rate: float) -> dict[str,
                         "t": now - began,
                         "rss": exporter.rss_bytes(),
                         "fds": exporter.open_fds(),
-                        "db_connections": await measure.exporter_connections(dsn),
+                        "db_connections": await processes.exporter_connections(dsn),
                         # CPU since the previous line, so a spike shows where it happened.
                         "cpu_percent": (exporter.cpu_seconds() - cpu0)
                         / max(now - last, 1e-9)
@@ -76,7 +76,7 @@ def verdict(samples: list[dict[str, float]], failures: int) -> dict[str, Any]:
     """Max RSS, growth from the first quarter to the last, and whether the target holds."""
     rss = [s["rss"] for s in samples]
     quarter = max(1, len(rss) // 4)
-    first, last = measure.median(rss[:quarter]), measure.median(rss[-quarter:])
+    first, last = stats.median(rss[:quarter]), stats.median(rss[-quarter:])
     growth = (last / first - 1) if first else 0.0
     return {
         "samples": samples,

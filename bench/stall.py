@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 import asyncpg
 
-from bench.measure import ROOT, wait_ready
+from bench.processes import ROOT, wait_ready
 from bench.throughput import (
     _seconds,
     counts,

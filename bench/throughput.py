@@ -31,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import statements
 from bench.data import Shape, build_table
-from bench.measure import ROOT, Process, unique_name, wait_ready
+from bench.processes import ROOT, Process, unique_name, wait_ready
 from exporter.counting.sqltext import render_queries
 from exporter.demo.cluster import Cluster, free_port
 from exporter.settings.table import TableMapping
