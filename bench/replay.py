@@ -31,7 +31,18 @@ from exporter.model import NIL
 from exporter.settings.table import TableMapping
 
 CHUNK = 5000
-PRINT = "import json; from exporter.db import load_queries; print(json.dumps(load_queries('job')))"
+# The reference table's SQL as any revision renders it: exporter.db.load_queries until issue 28
+# moved the default profile's rendering out of the database layer.
+PRINT = """
+import json
+try:
+    from exporter.counting.sqltext import render_queries
+    from exporter.settings.table import TableMapping
+    print(json.dumps(render_queries(TableMapping(name="job"))))
+except ImportError:
+    from exporter.db import load_queries
+    print(json.dumps(load_queries("job")))
+"""
 
 
 def baseline_sql(revision: str) -> str:
