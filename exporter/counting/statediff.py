@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of, seconds
-from exporter.counting.horizon import Horizon, IdWatermark
+from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
@@ -142,6 +142,10 @@ class StateDiffReader(LedgerReader):
     """
 
     states: StateNames
+    # How far before the horizon an end stamp of a transaction it did not show can lie: the
+    # database's now() needs TIMESTAMP_MARGIN; a library whose worker stamps the end with its
+    # own clock (River's finalized_at) needs that clock's possible lag on top.
+    clock_margin = TIMESTAMP_MARGIN
 
     def __init__(
         self,
@@ -155,7 +159,8 @@ class StateDiffReader(LedgerReader):
         self._states_known = not self.states.optional
         self.known: dict[int, JobState] = {}
         self.ids = IdWatermark()  # which ids are new: above the watermark and never seen
-        self.cursor = TerminalCursor()  # the windows' timestamp bound and the previous xmin
+        # The windows' timestamp bound and the previous xmin.
+        self.cursor = TerminalCursor(margin=self.clock_margin)
         self._lower_id: int | None = None
 
     @property

@@ -14,7 +14,6 @@ from typing import Literal
 
 from exporter.counting.cycle import CountingMode, PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.sqltext import TableShape
 from exporter.model import Coverage, JobTypeLabels, Tallies
@@ -132,9 +131,9 @@ class Preset:
     name: str
     library: str
     versions: str
-    # The reader class: (stuck_after or None for the library's own timeout, the queue's
-    # ledger, the profile's coverage) -> a counting mode.
-    make_reader: Callable[[float | None, Ledger, Coverage], LedgerReader]
+    # The reader class, built as (stuck_after or None for the library's own timeout, the
+    # queue's ledger, the profile's coverage): the queue's counting mode.
+    make_reader: type[LedgerReader]
     capabilities: dict[str, Exactness]
     retention: RetentionHint
     index_file: str | None  # under exporter/profiles/sql/, to run once with psql
