@@ -55,3 +55,35 @@ async def test_event_ids_held_by_a_long_transaction_are_gauged_and_capped(
     finally:
         await late.close()
         await prompt.close()
+
+
+async def test_finished_oban_jobs_held_by_a_long_transaction_are_gauged_and_capped(
+    empty_dsn: str,
+) -> None:
+    from tests.system.presets.oban_client import Ack, ObanClient, insert_on, require_oban
+
+    require_oban()
+    async with ObanClient(empty_dsn) as oban:
+        await oban.install()
+        poller = RecordedPoller(empty_dsn, "oban", interval=0.2, max_held_jobs=CAP)
+        async with poller.running(), oban.pool.connection() as late:
+            await poller.cycles(3)
+            assert _health(poller.last, "jobqueue_exporter_held_jobs") == 0
+            async with late.transaction():
+                await insert_on(late, "Late")  # a writer open while the others finish
+                for _ in range(CAP + 2):
+                    await oban.insert("Prompt")
+                jobs = await oban.fetch("default", CAP + 2, "node", "uuid")
+                await oban.ack([Ack(job, "completed") for job in jobs])
+                await poller.until(lambda: poller.tallies.completed["Prompt"] == CAP + 2)
+                await poller.cycles(3)
+                # Finished, counted, and kept: the windows cannot pass them while it is open.
+                held = _health(poller.last, "jobqueue_exporter_held_jobs")
+                assert held is not None
+                assert held >= CAP + 2
+                assert _health(poller.last, "jobqueue_exporter_held_cap_exceeded") == 1
+            await poller.until(
+                lambda: _health(poller.last, "jobqueue_exporter_held_cap_exceeded") == 0
+            )
+        assert poller.tallies.enqueued == {"Late": 1, "Prompt": CAP + 2}
+        assert poller.tallies.completed == {"Prompt": CAP + 2}
