@@ -14,9 +14,7 @@ from collections.abc import Sequence
 from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, reading_of
 from exporter.counting.horizon import Horizon, IdWatermark
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
-from exporter.model import Coverage
 
 
 class EventLogReader(LedgerReader):
@@ -26,13 +24,8 @@ class EventLogReader(LedgerReader):
     id the range starts above). Counts go to ``ledger`` from the baseline on.
     """
 
-    def __init__(
-        self,
-        stuck_after: float | None = None,
-        ledger: Ledger | None = None,
-        coverage: Coverage | None = None,
-    ) -> None:
-        super().__init__(stuck_after, ledger, coverage)
+    def start(self) -> None:
+        """The id watermark over the log."""
         self.cursor = IdWatermark()
         self._reading_events = False
 

@@ -43,6 +43,11 @@ class LedgerReader(ABC):
         self.ledger = ledger or Ledger()
         self.coverage = coverage or Coverage()
         self.counting = False  # from the baseline on
+        self.start()
+
+    @abstractmethod
+    def start(self) -> None:
+        """Set up what the library's counting keeps (its cursors), once, when built."""
 
     @abstractmethod
     def statements(self) -> dict[str, str]:

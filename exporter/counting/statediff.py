@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, IdWatermark
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
-from exporter.model import Coverage
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 
@@ -147,13 +145,8 @@ class StateDiffReader(LedgerReader):
     # own clock (River's finalized_at) needs that clock's possible lag on top.
     clock_margin = TIMESTAMP_MARGIN
 
-    def __init__(
-        self,
-        stuck_after: float | None = None,
-        ledger: Ledger | None = None,
-        coverage: Coverage | None = None,
-    ) -> None:
-        super().__init__(stuck_after, ledger, coverage)
+    def start(self) -> None:
+        """The active states' SQL, the known jobs, the id watermark and the windows' cursor."""
         self.templates = self.sql
         self.sql = self._with_states(self.states.active - self.states.optional)
         self._states_known = not self.states.optional

@@ -14,11 +14,9 @@ from __future__ import annotations
 from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
-from exporter.model import Coverage
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -74,13 +72,8 @@ class DjangoTasksReader(LedgerReader):
     library = "django-tasks"
     clock_margin = CLOCK_MARGIN
 
-    def __init__(
-        self,
-        stuck_after: float | None = None,
-        ledger: Ledger | None = None,
-        coverage: Coverage | None = None,
-    ) -> None:
-        super().__init__(stuck_after, ledger, coverage)
+    def start(self) -> None:
+        """The windows' cursor, with the enqueuing clocks' margin, and the known tasks."""
         self.cursor = TerminalCursor(margin=self.clock_margin)
         self.window = EnqueueWindow(ACTIVE)
 

@@ -13,11 +13,9 @@ from dataclasses import replace
 from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, reading_of
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.model import Coverage
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -70,13 +68,8 @@ class GraphileWorkerReader(LedgerReader):
     library = "graphile-worker"
     default_stuck_after = LOCK_TIMEOUT
 
-    def __init__(
-        self,
-        stuck_after: float | None = None,
-        ledger: Ledger | None = None,
-        coverage: Coverage | None = None,
-    ) -> None:
-        super().__init__(stuck_after, ledger, coverage)
+    def start(self) -> None:
+        """The death window's cursor and what the reader follows."""
         self.cursor = TerminalCursor()
         # The dead jobs the reader follows, id -> task identifier: the previous cycle's death
         # window, and every death seen since the last recount (each looked up by id).

@@ -12,10 +12,8 @@ from __future__ import annotations
 from exporter.counting.cycle import Query, Results, Row
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
-from exporter.model import Coverage
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -78,13 +76,8 @@ class PgbossReader(LedgerReader):
     preset = PRESET
     library = "pg-boss"
 
-    def __init__(
-        self,
-        stuck_after: float | None = None,
-        ledger: Ledger | None = None,
-        coverage: Coverage | None = None,
-    ) -> None:
-        super().__init__(stuck_after, ledger, coverage)
+    def start(self) -> None:
+        """The known jobs and the windows' cursor."""
         self.jobs = ActiveSet(ACTIVE_STATES)
         self.cursor = TerminalCursor()
 
