@@ -8,31 +8,36 @@ queue's Tallies through a :class:`~exporter.counting.ledger.Ledger`. No I/O.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Sequence
 
-from exporter.counting.gauges import Reading, first, gauges_from
+from exporter.counting.gauges import Reading, reading_of
 from exporter.counting.horizon import Horizon, IdWatermark
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.model import Query, Results, Row
 
 
-class EventLogReader(LedgerReader, ABC):
+class EventLogReader(LedgerReader):
     """Counts a library's events exactly once and reads its live gauges, one cycle at a time.
 
-    A cycle is: run :meth:`horizon_query` in autocommit and pass its row to :meth:`queries`;
-    run the returned queries in order in one REPEATABLE READ, READ ONLY transaction; pass
-    their rows, by query name, to :meth:`apply`. Counts go to ``ledger`` from the baseline on.
+    Its statements are horizon, snapshot, gauges (given ``stuck_after``) and events (given the
+    id the range starts above). Counts go to ``ledger`` from the baseline on.
     """
 
-    def __init__(self, sql: dict[str, str], stuck_after: float, ledger: Ledger | None) -> None:
-        """``sql``: the statements horizon, snapshot, gauges and events; ``stuck_after``: the
-        heartbeat age past which a running job counts as stuck."""
-        super().__init__(sql, ledger)
-        self.stuck_after = stuck_after
+    def start(self) -> None:
+        """The id watermark over the log."""
         self.cursor = IdWatermark()
         self._reading_events = False
+
+    @property
+    def tracked(self) -> int:
+        """The event ids above the watermark already counted."""
+        return len(self.cursor.consumed)
+
+    @property
+    def held(self) -> int:
+        """The same ids: the watermark waits for the horizon, so they pile up while it is held."""
+        return len(self.cursor.consumed)
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
@@ -49,14 +54,8 @@ class EventLogReader(LedgerReader, ABC):
 
     def apply(self, results: Results) -> Reading:
         """Fold one cycle's rows into the tallies and return its gauges."""
-        snapshot = first(results["snapshot"])
         events = results.get("events", ())
-        reading = Reading(
-            taken_at=float(snapshot["now"]),
-            gauges=gauges_from(results["gauges"]),
-            counting=self.counting,
-            rows_read={name: len(rows) for name, rows in results.items()},
-        )
+        reading = reading_of(results, self.counting)
         if self._reading_events:
             if self.counting:
                 for event in events:
@@ -70,7 +69,7 @@ class EventLogReader(LedgerReader, ABC):
                 self.counting = reading.counting = True
             self.cursor.advance()
         elif self.cursor.horizon is not None and self.cursor.horizon.prepared:
-            reading.warnings.append("prepared transactions hold the event cursor back")
+            self.delayed(reading)
         return reading
 
     @abstractmethod

@@ -1,11 +1,21 @@
-"""A library's live state, read in the cycle's snapshot: gauges per job type, by name. No I/O."""
+"""A library's live state, read in the cycle's snapshot: gauges per job type, by name, and the
+queue's Snapshot made from them. No I/O."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.model import PresetError, Row
+from exporter.model import (
+    ActiveStats,
+    Coverage,
+    JobType,
+    PresetError,
+    PresetJobTypes,
+    Row,
+    Snapshot,
+)
+from exporter.vocabulary import Status
 
 
 @dataclass(frozen=True)
@@ -69,3 +79,28 @@ def reading_of(results: Mapping[str, Sequence[Row]], counting: bool) -> Reading:
         counting=counting,
         rows_read={name: len(rows) for name, rows in results.items()},
     )
+
+
+def seconds(value: object) -> float | None:
+    """A figure of a row in seconds, or None where the library could not tell it (NULL)."""
+    return float(value) if isinstance(value, int | float) else None
+
+
+def snapshot_of(reading: Reading, labels: PresetJobTypes, coverage: Coverage) -> Snapshot:
+    """The reading's gauges as the exporter's snapshot, keyed by job type number."""
+    active: dict[JobType, ActiveStats] = {}
+    held: dict[JobType, int] = {}
+    for name, gauges in reading.gauges.items():
+        number = labels.number(name)
+        active[number] = ActiveStats(
+            pending=gauges.pending,
+            running=gauges.running,
+            scheduled=gauges.scheduled,
+            oldest_pending_age=max(0.0, gauges.oldest_pending_age),
+            oldest_ready_wait=max(0.0, gauges.oldest_ready_wait),
+            stuck_lease_expired=gauges.stuck,
+            running_oldest=max(0.0, gauges.running_oldest),
+        )
+        held[number] = gauges.held
+    dead = held if Status.DEAD in coverage.statuses else None
+    return Snapshot(taken_at=reading.taken_at, active=active, dead=dead)

@@ -72,6 +72,10 @@ class ActiveSet:
     active_states: frozenset[str]
     known: dict[str, JobState] = field(default_factory=dict)
 
+    def finished(self) -> int:
+        """How many of the known jobs are finished: kept until the cursor passes them."""
+        return sum(job.state not in self.active_states for job in self.known.values())
+
     def forget(self, active: Set[str], seen: Set[str], bound: float) -> None:
         """Drop jobs that no window of the next cycle can return again: active jobs gone from
         the live set without a new version (deleted), finished ones older than ``bound``."""

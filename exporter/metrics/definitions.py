@@ -312,16 +312,16 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_exporter_tracked_jobs",
         "gauge",
         (QUEUE,),
-        "Jobs whose last seen state the exporter keeps to count transitions exactly.",
+        "Jobs (or a preset's event ids) whose last seen state the exporter keeps to count exactly.",
         "tracker",
     ),
     _d(
         "jobqueue_exporter_held_jobs",
         "gauge",
         (QUEUE,),
-        "Finished jobs (part of tracked_jobs) kept until the change cursor passes them: grows by "
-        "one per job finished while a long transaction holds the horizon back, about 360 bytes "
-        "each; falls when it ends.",
+        "Finished jobs or event ids (part of tracked_jobs) kept until the cursor passes them: "
+        "grows by one per job finished while a long transaction holds the horizon back, about "
+        "360 bytes each; falls when it ends.",
         "tracker",
     ),
     _d(

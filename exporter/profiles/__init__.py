@@ -3,32 +3,20 @@
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
 pg-boss, django-tasks, Oban, graphile-worker; ``PRESETS`` has their readers, capabilities and
-retention). See
-docs/presets.md for the interface and the proofs.
+retention). See docs/presets.md for the interface, the proofs, and "Adding a preset".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from exporter.counting.ledger import Ledger
 from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
-from exporter.profiles.base import Preset, PresetReader, Profile
+from exporter.profiles.base import Preset, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
 from exporter.settings import QueueSettings
 
-__all__ = ["PRESETS", "PROFILES", "Preset", "PresetReader", "Profile", "profile_of"]
-
-
-def _pgboss(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
-    # pg-boss stores each job's own expiry and heartbeat interval: nothing to configure.
-    return pgboss.PgbossReader(ledger)
-
-
-def _django_tasks(stuck_after: float | None, ledger: Ledger | None = None) -> PresetReader:
-    # django-tasks-db has no heartbeat or lease, so there is no stuck test to configure.
-    return django_tasks.DjangoTasksReader(ledger)
+__all__ = ["PRESETS", "PROFILES", "Preset", "Profile", "profile_of"]
 
 
 PRESETS: dict[str, Preset] = {
@@ -39,10 +27,10 @@ PRESETS: dict[str, Preset] = {
         Preset("pgqueuer", "pgqueuer", ">=1.6,<1.7", pgqueuer.PgqueuerReader,
                pgqueuer.CAPABILITIES, pgqueuer.RETENTION, "pgqueuer_indexes.sql", "pgqueuer",
                ("pgqueuer_exporter_held_idx",)),
-        Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", _pgboss,
+        Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", pgboss.PgbossReader,
                pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
         Preset("django-tasks", "django-tasks-db", ">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
-               _django_tasks, django_tasks.CAPABILITIES, django_tasks.RETENTION,
+               django_tasks.DjangoTasksReader, django_tasks.CAPABILITIES, django_tasks.RETENTION,
                "django_tasks_indexes.sql", django_tasks.TABLE,
                ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
         Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,

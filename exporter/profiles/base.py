@@ -10,10 +10,10 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
-from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.model import (
     CountingMode,
     Coverage,
@@ -143,24 +143,6 @@ class Profile(Generic[M]):
         return self.index_names(settings)
 
 
-class PresetReader(Protocol):
-    """What a preset's reader offers (docs/presets.md, "Interface"); it counts into ``ledger``."""
-
-    ledger: Ledger
-
-    def horizon_query(self) -> Query:
-        """The statement to run in autocommit before the cycle's transaction."""
-        ...
-
-    def queries(self, horizon: Row) -> list[Query]:
-        """The statements of one REPEATABLE READ, READ ONLY transaction, in order."""
-        ...
-
-    def apply(self, results: Results) -> Reading:
-        """Count the rows of one cycle (by query name) into the ledger; return the gauges."""
-        ...
-
-
 @dataclass(frozen=True)
 class Preset:
     """One library: how to read it and what it can tell."""
@@ -168,8 +150,9 @@ class Preset:
     name: str
     library: str
     versions: str
-    # (stuck_after or None for the library's own timeout, the queue's ledger) -> a reader
-    make_reader: Callable[[float | None, Ledger], PresetReader]
+    # The reader class, built as (stuck_after or None for the library's own timeout, the
+    # queue's ledger, the profile's coverage): the queue's counting mode.
+    make_reader: type[LedgerReader]
     capabilities: dict[str, Exactness]
     retention: RetentionHint
     index_file: str | None  # under exporter/profiles/sql/, to run once with psql

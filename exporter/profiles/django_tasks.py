@@ -11,10 +11,9 @@ finished since, found by primary key: exporter/counting/window.py.
 
 from __future__ import annotations
 
-from exporter.counting.gauges import Reading, first, gauges_from
+from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
-from exporter.counting.reader import LedgerReader
+from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
 from exporter.model import PresetError, Query, Results, Row
@@ -64,44 +63,52 @@ RETENTION = RetentionHint(
 
 
 class DjangoTasksReader(LedgerReader):
-    """Reads django-tasks-db's result table into gauges and exact counts, one cycle at a time."""
+    """Reads django-tasks-db's result table into gauges and exact counts, one cycle at a time.
+
+    django-tasks-db has no heartbeat or lease: ``stuck_after`` is unused.
+    """
 
     preset = PRESET
+    library = "django-tasks"
+    clock_margin = CLOCK_MARGIN
 
-    def __init__(self, ledger: Ledger | None = None, clock_margin: float = CLOCK_MARGIN) -> None:
-        super().__init__(load_queries(PRESET), ledger)
-        self.clock_margin = clock_margin
-        self.cursor = TerminalCursor(margin=clock_margin)
+    def start(self) -> None:
+        """The windows' cursor, with the enqueuing clocks' margin, and the known tasks."""
+        self.cursor = TerminalCursor(margin=self.clock_margin)
         self.window = EnqueueWindow(ACTIVE)
+
+    def statements(self) -> dict[str, str]:
+        """profiles/sql/django_tasks.sql."""
+        return load_queries(PRESET)
+
+    @property
+    def tracked(self) -> int:
+        """The tasks active in the previous snapshot, and the finished ones a window can return."""
+        return len(self.window.active) + len(self.window.finished)
+
+    @property
+    def held(self) -> int:
+        """The finished tasks kept until the window's bound passes them."""
+        return len(self.window.finished)
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
         # What this snapshot does not show was enqueued by a transaction that started at or
         # after the horizon, stamped by its client no earlier than the clock margin before it.
-        planned = self.cursor.plan(Horizon.from_row(horizon))
+        window = self.cursor.plan(Horizon.from_row(horizon))
         out = [Query("snapshot", self.sql["snapshot"]), Query("gauges", self.sql["gauges"])]
-        if planned is not None:
-            bound, _ = planned  # every row version is read by key, so no xmin filter is needed
+        if window is not None:
+            bound, _ = window  # every row version is read by key, so no xmin filter is needed
             out.append(Query("changes", self.sql["changes"], (bound, sorted(self.window.active))))
         return out
 
     def apply(self, results: Results) -> Reading:
         """Count one cycle's rows into the ledger and return its gauges."""
-        snapshot = first(results["snapshot"])
-        gauge_rows = results["gauges"]
-        reading = Reading(
-            taken_at=float(snapshot["now"]),
-            gauges=gauges_from(gauge_rows),
-            counting=self.counting,
-            rows_read={name: len(rows) for name, rows in results.items()},
-        )
+        reading = reading_of(results, self.counting)
         if "changes" not in results:
-            reading.warnings.append("prepared transactions delay the django-tasks baseline")
-            return reading
-        next_bound = self.cursor.next_bound
-        if next_bound is None:
-            raise PresetError("apply() before queries()")
-        active_now = {str(i) for row in gauge_rows for i in row["active_ids"]}
+            return self.delayed(reading)
+        (next_bound,) = planned(self.cursor.next_bound)
+        active_now = {str(i) for row in results["gauges"] for i in row["active_ids"]}
         changes = results["changes"]
         if not self.counting:
             self.window.absorb(changes, active_now)
@@ -123,7 +130,7 @@ class DjangoTasksReader(LedgerReader):
                     "they are not counted"
                 )
         self.window.forget(next_bound)
-        self.cursor.advance(str(snapshot["snapshot"]))
+        self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return reading
 
     def _count(self, step: Step) -> None:
@@ -134,14 +141,10 @@ class DjangoTasksReader(LedgerReader):
             task = str(row["job_type"])
             status = str(row["status"])
             if status == SUCCESSFUL:
-                ledger.completed(task, _seconds(row["duration"]), _seconds(row["wait"]),
-                                 _seconds(row["latency"]))  # fmt: skip
+                ledger.completed(task, seconds(row["duration"]), seconds(row["wait"]),
+                                 seconds(row["latency"]))  # fmt: skip
             elif status == FAILED:
                 # No retry: the one failed attempt is also the task's death. The exception's
                 # class path is stored, but class names are unbounded label values.
                 ledger.failed(task, ERROR)
                 ledger.dead(task, ERROR)
-
-
-def _seconds(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None

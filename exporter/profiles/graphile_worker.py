@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.gauges import Gauges, Reading, first, reading_of
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
-from exporter.counting.reader import LedgerReader
+from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.model import PresetError, Query, Results, Row
+from exporter.model import Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -66,10 +65,11 @@ class GraphileWorkerReader(LedgerReader):
     """Reads graphile_worker._private_jobs into gauges and an exact count of deaths."""
 
     preset = PRESET
+    library = "graphile-worker"
+    default_stuck_after = LOCK_TIMEOUT
 
-    def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        super().__init__(load_queries(PRESET), ledger)
-        self.stuck_after = stuck_after if stuck_after is not None else LOCK_TIMEOUT
+    def start(self) -> None:
+        """The death window's cursor and what the reader follows."""
         self.cursor = TerminalCursor()
         # The dead jobs the reader follows, id -> task identifier: the previous cycle's death
         # window, and every death seen since the last recount (each looked up by id).
@@ -79,6 +79,20 @@ class GraphileWorkerReader(LedgerReader):
         self.dead: dict[str, int] = {}
         self.since_recount = 0  # counting cycles since the last recount
 
+    def statements(self) -> dict[str, str]:
+        """profiles/sql/graphile_worker.sql."""
+        return load_queries(PRESET)
+
+    @property
+    def tracked(self) -> int:
+        """The dead jobs followed by id, and the jobs the previous cycle saw locked."""
+        return len(self.known) + len(self.locked)
+
+    @property
+    def held(self) -> int:
+        """The dead jobs followed by id until the next recount."""
+        return len(self.known)
+
     @property
     def recount_due(self) -> bool:
         """Whether the next cycle that reads the death window recounts the dead set."""
@@ -86,29 +100,23 @@ class GraphileWorkerReader(LedgerReader):
 
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
-        planned = self.cursor.plan(Horizon.from_row(horizon))
+        window = self.cursor.plan(Horizon.from_row(horizon))
         out = [
             Query("snapshot", self.sql["snapshot"]),
             Query("gauges", self.sql["gauges"], (self.stuck_after,)),
         ]
-        # Once counting, the window is read every cycle (planned is None only before the
+        # Once counting, the window is read every cycle (window is None only before the
         # baseline), so a recount shares its snapshot: what the window finds next came after.
         if self.recount_due:
             out.append(Query("dead", self.sql["dead"]))
-        if planned is not None:
+        if window is not None:
             ids = sorted({int(i) for i in self.known} | set(self.locked))
-            out.append(Query("deaths", self.sql["deaths"], (planned[0], ids)))
+            out.append(Query("deaths", self.sql["deaths"], (window[0], ids)))
         return out
 
     def apply(self, results: Results) -> Reading:
         """Count the jobs new to the death window as deaths; return the gauges."""
-        snapshot = first(results["snapshot"])
-        reading = Reading(
-            taken_at=float(snapshot["now"]),
-            gauges=gauges_from(results["gauges"]),
-            counting=self.counting,
-            rows_read={name: len(rows) for name, rows in results.items()},
-        )
+        reading = reading_of(results, self.counting)
         locked = {int(i) for row in results["gauges"] for i in row["locked_ids"]}
         if "dead" in results:
             self.dead = {str(row["job_type"]): int(row["held"]) for row in results["dead"]}
@@ -116,10 +124,8 @@ class GraphileWorkerReader(LedgerReader):
         if "deaths" not in results:
             # Not looked up this cycle: the next one looks up these as well.
             self.locked = sorted(locked | set(self.locked))
-            reading.warnings.append("prepared transactions delay the graphile-worker baseline")
-            return self._with_dead(reading)
-        if self.cursor.bound is None:
-            raise PresetError("apply() before queries()")
+            return self._with_dead(self.delayed(reading))
+        planned(self.cursor.bound)
         found = {str(row["id"]): str(row["job_type"]) for row in results["deaths"]}
         if self.counting:
             # Everything followed was dead in the previous snapshot, and a job locked then was
@@ -147,7 +153,7 @@ class GraphileWorkerReader(LedgerReader):
         self.known = found
         self.locked = sorted(locked)
         self.counting = reading.counting = True
-        self.cursor.advance(str(snapshot["snapshot"]))
+        self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return self._with_dead(reading)
 
     def _with_dead(self, reading: Reading) -> Reading:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from exporter.counting.gauges import Reading
-from exporter.model import ActiveStats, Coverage, JobType, PresetJobTypes, Snapshot
+from exporter.counting.gauges import snapshot_of
+from exporter.model import Coverage
 from exporter.profiles.base import Exactness
 from exporter.vocabulary import DEADLINE, ERROR, LEASE_EXPIRED, Status
+
+__all__ = ["NEVER_FILLED", "coverage_of", "snapshot_of"]
 
 # Capability -> the model figure (ActiveStats or Tallies field) it fills.
 _FIGURES = {
@@ -34,10 +36,11 @@ _FIGURES = {
 }
 # Figures no preset fills: how long ago a stuck job's lease ran out (the libraries have no
 # lease end, only a heartbeat), cost and malformed result fields (no result jsonb convention),
-# the tracker's job count and vanished jobs (the readers keep cursors, not a tracker), and
-# unmapped status values (a library's statuses are known, no table mapping names them).
+# vanished jobs (the readers keep no tracker of every active job), and unmapped status values
+# (a library's statuses are known, no table mapping names them). Every reader gauges what it
+# holds (tracked and held jobs), so that is filled.
 NEVER_FILLED = frozenset(
-    {"lease_expired_oldest", "cost", "malformed", "tracked", "vanished", "unmapped_status"}
+    {"lease_expired_oldest", "cost", "malformed", "vanished", "unmapped_status"}
 )
 # Capability -> the jobqueue_jobs status it fills. A held job (kept failed for a human, who
 # can requeue it) is what the default schema calls dead.
@@ -66,23 +69,3 @@ def coverage_of(capabilities: Mapping[str, Exactness]) -> Coverage:
         failure_reasons=reasons,
         withheld=frozenset(withheld) | NEVER_FILLED,
     )
-
-
-def snapshot_of(reading: Reading, labels: PresetJobTypes, coverage: Coverage) -> Snapshot:
-    """The reading's gauges as the exporter's snapshot, keyed by job type number."""
-    active: dict[JobType, ActiveStats] = {}
-    held: dict[JobType, int] = {}
-    for name, gauges in reading.gauges.items():
-        number = labels.number(name)
-        active[number] = ActiveStats(
-            pending=gauges.pending,
-            running=gauges.running,
-            scheduled=gauges.scheduled,
-            oldest_pending_age=max(0.0, gauges.oldest_pending_age),
-            oldest_ready_wait=max(0.0, gauges.oldest_ready_wait),
-            stuck_lease_expired=gauges.stuck,
-            running_oldest=max(0.0, gauges.running_oldest),
-        )
-        held[number] = gauges.held
-    dead = held if Status.DEAD in coverage.statuses else None
-    return Snapshot(taken_at=reading.taken_at, active=active, dead=dead)

@@ -9,12 +9,11 @@ compares each with what it last knew of that job id. The attempt history lives i
 
 from __future__ import annotations
 
-from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
-from exporter.counting.reader import LedgerReader
+from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
-from exporter.model import PresetError, Query, Results, Row
+from exporter.model import Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
 from exporter.vocabulary import ERROR
 
@@ -69,45 +68,52 @@ def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int
 
 
 class PgbossReader(LedgerReader):
-    """Reads pgboss.job / pgboss.queue into gauges and exact counts, one cycle at a time."""
+    """Reads pgboss.job / pgboss.queue into gauges and exact counts, one cycle at a time.
+
+    pg-boss stores each job's own expiry and heartbeat interval: ``stuck_after`` is unused.
+    """
 
     preset = PRESET
+    library = "pg-boss"
 
-    def __init__(self, ledger: Ledger | None = None) -> None:
-        super().__init__(load_queries(PRESET), ledger)
+    def start(self) -> None:
+        """The known jobs and the windows' cursor."""
         self.jobs = ActiveSet(ACTIVE_STATES)
         self.cursor = TerminalCursor()
+
+    def statements(self) -> dict[str, str]:
+        """profiles/sql/pgboss.sql."""
+        return load_queries(PRESET)
 
     @property
     def known(self) -> dict[str, JobState]:
         """What the reader last knew of each job a window can still return."""
         return self.jobs.known
 
+    @property
+    def tracked(self) -> int:
+        """Jobs whose last state the reader keeps."""
+        return len(self.jobs.known)
+
+    @property
+    def held(self) -> int:
+        """Of them, the finished ones kept until the cursor passes them."""
+        return self.jobs.finished()
+
     def queries(self, horizon: Row) -> list[Query]:
         """The cycle's statements, in order, for one REPEATABLE READ, READ ONLY transaction."""
-        planned = self.cursor.plan(Horizon.from_row(horizon))
+        window = self.cursor.plan(Horizon.from_row(horizon))
         out = [Query("snapshot", self.sql["snapshot"]), Query("gauges", self.sql["gauges"])]
-        if planned is not None:
-            out.append(Query("changes", self.sql["changes"], planned))
+        if window is not None:
+            out.append(Query("changes", self.sql["changes"], window))
         return out
 
     def apply(self, results: Results) -> Reading:
         """Fold one cycle's rows into the ledger and return its gauges."""
-        snapshot = first(results["snapshot"])
-        gauge_rows = results["gauges"]
-        gauges: dict[str, Gauges] = gauges_from(gauge_rows)
-        reading = Reading(
-            taken_at=float(snapshot["now"]),
-            gauges=gauges,
-            counting=self.counting,
-            rows_read={name: len(rows) for name, rows in results.items()},
-        )
+        reading = reading_of(results, self.counting)
         if "changes" not in results:
-            reading.warnings.append("prepared transactions delay the pg-boss baseline")
-            return reading
-        bound, next_bound = self.cursor.bound, self.cursor.next_bound
-        if bound is None or next_bound is None:
-            raise PresetError("apply() before queries()")
+            return self.delayed(reading)
+        bound, next_bound = planned(self.cursor.bound, self.cursor.next_bound)
         seen: set[str] = set()
         for row in results["changes"]:
             job_id = str(row["id"])
@@ -118,9 +124,9 @@ class PgbossReader(LedgerReader):
                 self.known[job_id] = _state_of(row)
         self.ledger.settle()
         self.counting = reading.counting = True
-        active = {str(i) for row in gauge_rows for i in row["active_ids"]}
+        active = {str(i) for row in results["gauges"] for i in row["active_ids"]}
         self.jobs.forget(active, seen, next_bound)
-        self.cursor.advance(str(snapshot["snapshot"]))
+        self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return reading
 
     def _count(self, job_id: str, row: Row, bound: float) -> None:
@@ -149,8 +155,8 @@ class PgbossReader(LedgerReader):
             ledger.retried(queue, retried_now - retried_before)
         if before is None or before.state != state:
             if state == "completed":
-                ledger.completed(queue, _float(row["duration"]), _float(row["wait"]),
-                                 _float(row["latency"]))  # fmt: skip
+                ledger.completed(queue, seconds(row["duration"]), seconds(row["wait"]),
+                                 seconds(row["latency"]))  # fmt: skip
             elif state == "failed":
                 ledger.dead(queue, ERROR)
             elif state == "cancelled":
@@ -166,7 +172,3 @@ def _state_of(row: Row) -> JobState:
         created_on=float(row["created_on"]),
         completed_on=float(completed_on) if completed_on is not None else None,
     )
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, int | float) else None

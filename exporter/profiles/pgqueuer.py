@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from exporter.counting.eventlog import EventLogReader, last_index
-from exporter.counting.ledger import Ledger
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
@@ -46,12 +45,13 @@ class PgqueuerReader(EventLogReader):
     """Reads pgqueuer / pgqueuer_log into gauges and exact tallies."""
 
     preset = PRESET
+    library = "pgqueuer"
     event_log = "pgqueuer_log"
+    default_stuck_after = HEARTBEAT_TIMEOUT
 
-    def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        sql = load_queries(PRESET, event_log=self.event_log)
-        stuck = stuck_after if stuck_after is not None else HEARTBEAT_TIMEOUT
-        super().__init__(sql, stuck, ledger)
+    def statements(self) -> dict[str, str]:
+        """profiles/sql/pgqueuer.sql, with the event-log horizon over its log table."""
+        return load_queries(PRESET, event_log=self.event_log)
 
     def count(self, event: Row) -> None:
         """Add one pgqueuer_log row (see the statuses in docs/presets.md). Exception types are

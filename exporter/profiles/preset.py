@@ -1,74 +1,27 @@
-"""A preset as a profile: the library's reader run as a counting mode, its gauges as a snapshot."""
+"""A preset as a profile: its table, its index file, and its reader, which is the counting mode."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from exporter.counting.ledger import Ledger
-from exporter.model import (
-    Collected,
-    Coverage,
-    Cycle,
-    JobTypeLabels,
-    PresetJobTypes,
-    Query,
-    Row,
-    Tallies,
-)
-from exporter.profiles.base import Preset, PresetReader, Profile
-from exporter.profiles.mapping import coverage_of, snapshot_of
+from exporter.counting.reader import LedgerReader
+from exporter.model import JobTypeLabels, PresetJobTypes, Tallies
+from exporter.profiles.base import Preset, Profile
+from exporter.profiles.mapping import coverage_of
 from exporter.settings import QueueSettings
 
 
-@dataclass
-class PresetMode:
-    """A preset reader's cycle (horizon, its statements, apply) as a counting mode."""
-
-    reader: PresetReader
-    labels: PresetJobTypes
-    coverage: Coverage
-
-    @property
-    def tracked(self) -> None:
-        """A reader keeps cursors, not a set of tracked jobs."""
-        return None
-
-    @property
-    def held(self) -> None:
-        """A reader keeps no finished jobs while the horizon is held (what waits for it is
-        the id watermark's set of consumed event ids)."""
-        return None
-
-    def horizon_query(self) -> Query:
-        """The reader's horizon statement."""
-        return self.reader.horizon_query()
-
-    def cycle(self, horizon: Row) -> Cycle:
-        """The reader's statements in order, then its reading as the queue's snapshot."""
-        results: dict[str, list[Row]] = {}
-        for query in self.reader.queries(horizon):
-            results[query.name] = list((yield query) or ())
-        reading = self.reader.apply(results)
-        return Collected(
-            snapshot=snapshot_of(reading, self.labels, self.coverage),
-            counting=reading.counting,
-            rows_read=sum(reading.rows_read.values()),
-            warnings=tuple(reading.warnings),
-        )
-
-
-def preset_profile(preset: Preset) -> Profile[PresetMode]:
+def preset_profile(preset: Preset) -> Profile[LedgerReader]:
     """The profile of a preset: its table, its index file, and its reader as the mode."""
     coverage = coverage_of(preset.capabilities)
 
     def labels(settings: QueueSettings) -> JobTypeLabels:
         return PresetJobTypes(settings.collect.max_job_types)
 
-    def mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> PresetMode:
+    def mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> LedgerReader:
         assert isinstance(labels, PresetJobTypes)
         # None: the library's own default heartbeat / stalled-worker timeout.
-        reader = preset.make_reader(settings.collect.heartbeat_timeout, Ledger(labels, tallies))
-        return PresetMode(reader, labels, coverage)
+        stuck_after = settings.collect.heartbeat_timeout
+        return preset.make_reader(stuck_after, Ledger(labels, tallies), coverage)
 
     return Profile(
         name=preset.name,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from exporter.counting.eventlog import EventLogReader, last_index
-from exporter.counting.ledger import Ledger
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
 from exporter.vocabulary import ERROR
 
@@ -45,12 +44,13 @@ class ProcrastinateReader(EventLogReader):
     """Reads procrastinate_jobs / procrastinate_events into gauges and exact tallies."""
 
     preset = PRESET
+    library = "procrastinate"
     event_log = "procrastinate_events"
+    default_stuck_after = STALLED_WORKER_TIMEOUT
 
-    def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        sql = load_queries(PRESET, event_log=self.event_log)
-        stuck = stuck_after if stuck_after is not None else STALLED_WORKER_TIMEOUT
-        super().__init__(sql, stuck, ledger)
+    def statements(self) -> dict[str, str]:
+        """profiles/sql/procrastinate.sql, with the event-log horizon over its log table."""
+        return load_queries(PRESET, event_log=self.event_log)
 
     def count(self, event: Row) -> None:
         """Add one procrastinate event (see the event types in docs/presets.md); procrastinate

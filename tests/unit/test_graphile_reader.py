@@ -10,7 +10,6 @@ import pytest
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import PresetError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
-from exporter.profiles.preset import PresetMode
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from exporter.settings.schema import DatabaseSettings
@@ -123,9 +122,8 @@ def test_the_profile_reads_graphiles_table_with_its_4_hour_takeover_as_stuck_def
                                  collect=replace(base.collect, heartbeat_timeout=60.0)))  # fmt: skip
     for runtime, stuck_after in ((default, LOCK_TIMEOUT), (tuned, 60.0)):
         mode = runtime.poller.mode
-        assert isinstance(mode, PresetMode)
-        assert isinstance(mode.reader, GraphileWorkerReader)
-        assert mode.reader.stuck_after == stuck_after
+        assert isinstance(mode, GraphileWorkerReader)
+        assert mode.stuck_after == stuck_after
     assert default.election is not None
     assert default.election.lock.options.table == "graphile_worker._private_jobs"
     assert default.poller.profile.required_indexes == (

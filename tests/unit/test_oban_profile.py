@@ -16,7 +16,6 @@ from exporter.profiles import PRESETS
 from exporter.profiles.base import Gauges, Reading
 from exporter.profiles.mapping import coverage_of, snapshot_of
 from exporter.profiles.oban import RESCUE_AFTER, ObanReader
-from exporter.profiles.preset import PresetMode
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from exporter.settings.schema import DatabaseSettings
@@ -60,9 +59,8 @@ def _settings(**collect: float) -> QueueSettings:
 
 def _reader(runtime: QueueRuntime) -> ObanReader:
     mode = runtime.poller.mode
-    assert isinstance(mode, PresetMode)
-    assert isinstance(mode.reader, ObanReader)
-    return mode.reader
+    assert isinstance(mode, ObanReader)
+    return mode
 
 
 def test_the_heartbeat_timeout_is_the_lifelines_rescue_after_and_defaults_to_pythons() -> None:

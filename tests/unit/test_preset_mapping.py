@@ -9,6 +9,7 @@ from dataclasses import replace
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.counting.ledger import Ledger
+from exporter.counting.reader import LedgerReader
 from exporter.metrics import render
 from exporter.model import Histogram, PresetJobTypes, QueueView
 from exporter.model import Tallies as ModelTallies
@@ -16,7 +17,6 @@ from exporter.profiles import PRESETS
 from exporter.profiles.base import Gauges, Reading, Row
 from exporter.profiles.mapping import NEVER_FILLED, coverage_of, snapshot_of
 from exporter.profiles.pgqueuer import PgqueuerReader
-from exporter.profiles.preset import PresetMode
 from exporter.profiles.procrastinate import ProcrastinateReader
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
@@ -195,11 +195,15 @@ def test_a_preset_queue_exports_no_series_for_what_it_cannot_tell() -> None:
         "jobqueue_cost_usd_total",
         "jobqueue_lease_expired_oldest_seconds",
         "jobqueue_exporter_malformed_rows_total",
-        "jobqueue_exporter_tracked_jobs",
     ):
         assert never in own
         assert never not in pgqueuer
         assert never not in procrastinate
+    # What a reader holds is gauged as the default profile's tracker is.
+    for held in ("jobqueue_exporter_tracked_jobs", "jobqueue_exporter_held_jobs"):
+        assert held in own
+        assert held in pgqueuer
+        assert held in procrastinate
     assert "jobqueue_job_wait_seconds_count" not in pgqueuer  # execute_after is not logged
     assert "jobqueue_job_wait_seconds_count" in procrastinate
     assert label_values("own", "jobqueue_job_failures_total", "reason") == set(FAILURE_REASONS)
@@ -226,8 +230,8 @@ def test_the_profile_chooses_the_counting_mode_and_the_election_table() -> None:
     boss = replace(own, name="boss", profile="pgboss")
     mine, theirs = QueueRuntime(own), QueueRuntime(boss)
     assert mine.poller.profile.name == "default"
-    assert not isinstance(mine.poller.mode, PresetMode)
-    assert isinstance(theirs.poller.mode, PresetMode)
+    assert not isinstance(mine.poller.mode, LedgerReader)
+    assert isinstance(theirs.poller.mode, LedgerReader)
     # The advisory lock is keyed by the watched table's OID: the library's main table.
     assert mine.election is not None
     assert theirs.election is not None
@@ -238,9 +242,8 @@ def test_the_profile_chooses_the_counting_mode_and_the_election_table() -> None:
 
 def _reader(runtime: QueueRuntime) -> PgqueuerReader | ProcrastinateReader:
     mode = runtime.poller.mode
-    assert isinstance(mode, PresetMode)
-    assert isinstance(mode.reader, PgqueuerReader | ProcrastinateReader)
-    return mode.reader
+    assert isinstance(mode, PgqueuerReader | ProcrastinateReader)
+    return mode
 
 
 def test_the_heartbeat_timeout_reaches_the_reader_and_defaults_to_the_librarys() -> None:

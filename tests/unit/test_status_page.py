@@ -148,6 +148,6 @@ def test_a_preset_queue_shows_dashes_for_what_its_profile_cannot_tell() -> None:
     coverage = coverage_of(PRESETS["procrastinate"].capabilities)
     v = view("tasks", coverage=coverage, snapshot=replace(view().snapshot, dead=None))
     parsed = RenderedPage(page(QueueStatus(v, None, None, None)))
-    # tracked jobs (no tracker), job types, then pending, running, dead (held: not
-    # exported), done
-    assert parsed.rows["tasks"][7:12] == [DASH, "2", "3", "1", DASH]
+    # tracked jobs (what its reader holds), job types, then pending, running, dead (held:
+    # not exported), done
+    assert parsed.rows["tasks"][7:12] == ["4", "2", "3", "1", DASH]

@@ -26,7 +26,6 @@ import asyncpg
 from exporter.counting.reader import LedgerReader
 from exporter.db import ConnectOptions, Database
 from exporter.poller import Poller
-from exporter.profiles.preset import PresetMode
 from exporter.runtime import connect_options
 from tests.system.presets.exported import preset_queue
 from tests.system.presets.processes import run_node
@@ -219,9 +218,8 @@ async def explained_cycle(poller: Poller, measurement: Measurement | None) -> No
     database = poller.database
     assert isinstance(database, ExplainingDatabase)
     mode = poller.mode
-    assert isinstance(mode, PresetMode)
-    assert isinstance(mode.reader, LedgerReader)
-    database.names = {sql: name for name, sql in mode.reader.sql.items()}
+    assert isinstance(mode, LedgerReader)
+    database.names = {sql: name for name, sql in mode.sql.items()}
     database.measurement, database.read, database.elapsed = measurement, 0, 0.0
     try:
         assert await poller.collect_once(), poller.health.last_error

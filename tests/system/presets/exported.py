@@ -23,7 +23,6 @@ from exporter.db import Database
 from exporter.metrics import render
 from exporter.poller import Poller
 from exporter.profiles.pgqueuer import HEARTBEAT_REASON
-from exporter.profiles.preset import PresetMode
 from exporter.runtime import connect_options
 from exporter.settings import CollectSettings, DatabaseSettings, QueueSettings
 from exporter.vocabulary import ERROR, LEASE_EXPIRED, LOCK, TIMEOUT
@@ -127,9 +126,8 @@ class RecordedPoller:
     def reader(self, kind: type[R]) -> R:
         """The preset's reader inside the poller's current counting mode."""
         mode = self.poller.mode
-        assert isinstance(mode, PresetMode), f"profile {self.poller.profile.name} is no preset"
-        assert isinstance(mode.reader, kind), type(mode.reader)
-        return mode.reader
+        assert isinstance(mode, kind), f"profile {self.poller.profile.name}: {type(mode)}"
+        return mode
 
     @property
     def last(self) -> Export:
@@ -142,7 +140,7 @@ class RecordedPoller:
         failed = next(iter(errors - self._errors), None)
         self._errors = errors
         mode = poller.mode
-        counting = isinstance(mode, PresetMode) and bool(getattr(mode.reader, "counting", False))
+        counting = isinstance(mode, LedgerReader) and mode.counting
         text = render([poller.view()], process_metrics=False).decode()
         probed = self._probe(poller) if self._probe is not None and failed is None else None
         self.exports.append(Export(failed, counting, parse(text), probed))

@@ -70,15 +70,13 @@ async def measure_graphile(dsn: str) -> tuple[Measurement, Measurement]:
     """The graphile-worker figures: its schema by its own installer, the preset's indexes.
     Returns the quiet cycles (the dead set followed, not counted) and the recount cycles."""
     from exporter.profiles.graphile_worker import GraphileWorkerReader
-    from exporter.profiles.preset import PresetMode
     from tests.system.presets import graphile_harness
 
     graphile_harness.install(dsn)  # schema, the side table, and the preset's two indexes
     poller = explaining_poller(dsn, PROFILE)
     mode = poller.mode
-    assert isinstance(mode, PresetMode)
-    assert isinstance(mode.reader, GraphileWorkerReader)
-    reader = mode.reader
+    assert isinstance(mode, GraphileWorkerReader)
+    reader = mode
     recount = Measurement(f"{PROFILE} recount", BIG_TABLES)
     conn = await asyncpg.connect(dsn)
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from exporter.profiles.preset import PresetMode
+from exporter.counting.reader import LedgerReader
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from exporter.vocabulary import ERROR
@@ -51,8 +51,8 @@ async def test_counters_and_gauges_equal_django_tasks_ground_truth(
     try:
         exporter = service.queue(QUEUE).poller
         mode = exporter.mode
-        assert isinstance(mode, PresetMode), "profile: selects the preset's counting mode"
-        await wait_until(lambda: mode.reader.counting, within=60, what="the exporter counting")
+        assert isinstance(mode, LedgerReader), "profile: selects the preset's counting mode"
+        await wait_until(lambda: mode.counting, within=60, what="the exporter counting")
         async with poller.running():
             caplog.set_level(logging.WARNING, logger="exporter.poller")
             await run_workload(django_dsn)

@@ -19,11 +19,11 @@ from typing import Any
 import asyncpg
 import pytest
 
+from exporter.counting.reader import LedgerReader
 from exporter.db import Database
 from exporter.demo.cluster import Cluster
 from exporter.metrics import render
 from exporter.poller import Poller
-from exporter.profiles.preset import PresetMode
 from exporter.runtime import connect_options
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
@@ -152,11 +152,11 @@ async def test_one_exporter_counts_three_presets_and_the_default_queue_exactly(
 
     try:
         pollers = [service.queue(name).poller for name in PRESET_QUEUES]
-        presets = [p.mode for p in pollers if isinstance(p.mode, PresetMode)]
+        presets = [p.mode for p in pollers if isinstance(p.mode, LedgerReader)]
         assert len(presets) == 3, "profile: selects the preset's counting mode"
         # Counting starts at each queue's baseline: the workloads begin after it.
         await wait_until(
-            lambda: all(getattr(mode.reader, "counting", False) for mode in presets),
+            lambda: all(mode.counting for mode in presets),
             within=60,
             what="every preset reader counting",
         )

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from exporter.profiles.preset import PresetMode
+from exporter.counting.reader import LedgerReader
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from tests.conftest import PgServer
@@ -117,7 +117,7 @@ async def test_one_exporter_counts_django_tasks_oban_and_graphile_exactly(
         await service.start()
         try:
             modes = {name: service.queue(name).poller.mode for name in QUEUES}
-            readers = {name: m.reader for name, m in modes.items() if isinstance(m, PresetMode)}
+            readers = {name: m for name, m in modes.items() if isinstance(m, LedgerReader)}
             assert set(readers) == set(QUEUES), "profile: selects the preset's counting mode"
             await wait_until(
                 lambda: all(getattr(r, "counting", False) for r in readers.values()),

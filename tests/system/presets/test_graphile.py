@@ -7,7 +7,6 @@ import pytest
 
 from exporter.poller import Poller
 from exporter.profiles.graphile_worker import GraphileWorkerReader
-from exporter.profiles.preset import PresetMode
 from exporter.vocabulary import ERROR
 from tests.system.presets.exported import Export, RecordedPoller, nonzero
 from tests.system.presets.processes import require
@@ -114,9 +113,8 @@ async def test_deaths_and_gauges_equal_graphile_ground_truth(graphile_dsn: str) 
 def _recounted(poller: Poller) -> bool:
     """Whether the collection just finished recounted the dead jobs (rather than followed them)."""
     mode = poller.mode
-    assert isinstance(mode, PresetMode)
-    assert isinstance(mode.reader, GraphileWorkerReader)
-    return mode.reader.since_recount == 0
+    assert isinstance(mode, GraphileWorkerReader)
+    return mode.since_recount == 0
 
 
 def _held(export: Export) -> dict[str, float]:

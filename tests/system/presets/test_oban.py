@@ -139,7 +139,6 @@ async def test_per_cycle_queries_use_indexes_on_a_million_rows(oban_dsn: str) ->
 
 async def test_the_exporter_service_serves_the_oban_queue_exactly(oban_dsn: str) -> None:
     """The same workload under `jobqueue-exporter run`'s Service: /metrics equals the table."""
-    from exporter.profiles.preset import PresetMode
     from exporter.settings import Settings, WebSettings
     from tests.helpers import fast_queue, get, parse, wait_until
     from tests.system.presets import oban_harness as h
@@ -154,9 +153,8 @@ async def test_the_exporter_service_serves_the_oban_queue_exactly(oban_dsn: str)
         await service.start()
         try:
             mode = service.queue("media").poller.mode
-            assert isinstance(mode, PresetMode)
-            reader = mode.reader
-            assert isinstance(reader, ObanReader)
+            assert isinstance(mode, ObanReader)
+            reader = mode
             await wait_until(lambda: reader.counting, within=60, what="the Oban baseline")
 
             async def scrape() -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
