@@ -29,8 +29,9 @@ from bench.data import create_exporter_indexes, drop_exporter_indexes
 from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER, NIL
 from exporter.counting.results import ResultPaths
+from exporter.counting.sqltext import render_queries
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.db import APPLICATION_NAME, load_queries
+from exporter.db import APPLICATION_NAME
 from exporter.demo.cluster import free_port
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import JobQueue
@@ -147,7 +148,7 @@ async def exporter_cycle(dsn: str, cycles: int, pause: float) -> dict[str, Any]:
     finally:
         await poller.database.close()
     paths = ResultPaths().as_tuple()
-    queries = load_queries("job")
+    queries = render_queries("job")
     conn = await asyncpg.connect(dsn)
     try:
         plans = {

@@ -26,11 +26,17 @@ from bench.measure import ROOT
 from bench.throughput import BACKLOG, pgbench
 from exporter.counting.changefeed import NIL
 from exporter.counting.results import ResultPaths
-from exporter.db import load_queries
+from exporter.counting.sqltext import render_queries
 from exporter.demo.cluster import Cluster
 
 CHUNK = 5000
-PRINT = "import json; from exporter.db import load_queries; print(json.dumps(load_queries('job')))"
+# Run in the baseline's checkout: revisions before the rename called the renderer load_queries.
+PRINT = (
+    "import json\n"
+    "try:\n    from exporter.counting.sqltext import render_queries as render\n"
+    "except ImportError:\n    from exporter.db import load_queries as render\n"
+    "print(json.dumps(render('job')))"
+)
 
 
 def baseline_sql(revision: str) -> str:
@@ -117,7 +123,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     variants = {
         f"{args.baseline}": baseline_sql(args.baseline),
-        "this checkout": load_queries("job")["changes_after"],
+        "this checkout": render_queries("job")["changes_after"],
     }
     cluster = Cluster()
     try:

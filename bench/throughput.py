@@ -32,7 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import statements
 from bench.data import Shape, build_table
 from bench.measure import ROOT, Process, unique_name, wait_ready
-from exporter.db import load_queries
+from exporter.counting.sqltext import render_queries
 from exporter.demo.cluster import Cluster, free_port
 
 # One job's life, each step its own transaction, as the queue's own code runs them. The claim
@@ -221,7 +221,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
             print(out[-3000:], file=sys.stderr)
         wall = time.monotonic() - wall0
         cpu = exporter.cpu_seconds() - cpu0
-        result["statements"] = await statements.share(dsn, load_queries("job"))
+        result["statements"] = await statements.share(dsn, render_queries("job"))
         rows1, done1 = await counts(dsn)
         # Let the exporter read what is left: two collections after its lag is small.
         async with aiohttp.ClientSession() as session:

@@ -13,7 +13,6 @@ from exporter.db.pool import (
     ConnectOptions,
     Database,
     DatabaseError,
-    load_queries,
     quote_table,
     translate,
 )
@@ -28,7 +27,6 @@ __all__ = [
     "DatabaseError",
     "LockSession",
     "TableLock",
-    "load_queries",
     "quote_table",
     "run_cycle",
     "translate",

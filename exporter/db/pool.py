@@ -1,4 +1,4 @@
-"""The asyncpg pool of one database: read-only sessions, timeouts, the SQL loader, translation.
+"""The asyncpg pool of one database: read-only sessions, timeouts, translation.
 
 Errors are translated here into ``DatabaseError`` with a short reason (timeout, lock,
 connection, query, schema, permission), so callers never see asyncpg's exception tree and no
@@ -17,9 +17,8 @@ from typing import Any
 
 import asyncpg
 
-from exporter.counting.sqltext import REFERENCE_SHAPE, TableShape, render_queries
+from exporter.counting.sqltext import render_queries
 from exporter.settings.secrets import dsn_target
-from exporter.settings.table import TableMapping
 from exporter.settings.table import quote_table as quote_table
 from exporter.vocabulary import SCHEMA
 
@@ -59,13 +58,6 @@ async def connect(dsn: str, *args: Any, **kwargs: Any) -> Any:
     return conn
 
 
-def load_queries(table: str | TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
-    """The named SQL blocks of queries.sql for a reference-shaped table name, or a mapping and
-    the table's shape (exporter/counting/sqltext.py renders them)."""
-    mapping = TableMapping(name=table) if isinstance(table, str) else table
-    return render_queries(mapping, shape)
-
-
 @dataclass(frozen=True)
 class ConnectOptions:
     """How to reach the database and the guard rails every session gets."""
@@ -84,7 +76,7 @@ class Database:
     def __init__(self, options: ConnectOptions) -> None:
         self.options = options
         # The catalog look-up of the index check (the table is its argument).
-        self._indexes = load_queries(options.table)["indexes"]
+        self._indexes = render_queries(options.table)["indexes"]
         self._pool: Any = None
 
     async def _get_pool(self) -> Any:

@@ -18,7 +18,7 @@ from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "django_tasks"  # the SQL file's name; the profile is spelled "django-tasks"
@@ -69,7 +69,7 @@ class DjangoTasksReader(LedgerReader):
     preset = PRESET
 
     def __init__(self, ledger: Ledger | None = None, clock_margin: float = CLOCK_MARGIN) -> None:
-        super().__init__(load_queries(PRESET), ledger)
+        super().__init__(preset_queries(PRESET), ledger)
         self.clock_margin = clock_margin
         self.cursor = TerminalCursor(margin=clock_margin)
         self.window = EnqueueWindow(ACTIVE)

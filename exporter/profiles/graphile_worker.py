@@ -17,7 +17,7 @@ from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "graphile_worker"
@@ -68,7 +68,7 @@ class GraphileWorkerReader(LedgerReader):
     preset = PRESET
 
     def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        super().__init__(load_queries(PRESET), ledger)
+        super().__init__(preset_queries(PRESET), ledger)
         self.stuck_after = stuck_after if stuck_after is not None else LOCK_TIMEOUT
         self.cursor = TerminalCursor()
         # The dead jobs the reader follows, id -> task identifier: the previous cycle's death

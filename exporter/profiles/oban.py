@@ -17,7 +17,7 @@ from exporter.counting.horizon import Horizon, IdWatermark
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 PRESET = "oban"
@@ -138,7 +138,7 @@ class ObanReader(LedgerReader):
 
     def __init__(self, rescue_after: float | None = None, ledger: Ledger | None = None) -> None:
         self.rescue_after = rescue_after if rescue_after is not None else RESCUE_AFTER
-        self.templates = load_queries(PRESET, event_log=self.event_log)
+        self.templates = preset_queries(PRESET, event_log=self.event_log)
         super().__init__(self._with_states(ACTIVE_STATES - {"suspended"}), ledger)
         self._states_known = False
         self.known: dict[int, JobState] = {}

@@ -15,7 +15,7 @@ from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "pgboss"
@@ -74,7 +74,7 @@ class PgbossReader(LedgerReader):
     preset = PRESET
 
     def __init__(self, ledger: Ledger | None = None) -> None:
-        super().__init__(load_queries(PRESET), ledger)
+        super().__init__(preset_queries(PRESET), ledger)
         self.jobs = ActiveSet(ACTIVE_STATES)
         self.cursor = TerminalCursor()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from exporter.counting.eventlog import EventLogReader, last_index
 from exporter.counting.ledger import Ledger
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "procrastinate"
@@ -48,7 +48,7 @@ class ProcrastinateReader(EventLogReader):
     event_log = "procrastinate_events"
 
     def __init__(self, stuck_after: float | None = None, ledger: Ledger | None = None) -> None:
-        sql = load_queries(PRESET, event_log=self.event_log)
+        sql = preset_queries(PRESET, event_log=self.event_log)
         stuck = stuck_after if stuck_after is not None else STALLED_WORKER_TIMEOUT
         super().__init__(sql, stuck, ledger)
 

@@ -12,7 +12,7 @@ import asyncpg
 
 from exporter.counting.changefeed import FOREVER, NIL
 from exporter.counting.results import ResultPaths, decode_figures, decode_result
-from exporter.db import load_queries
+from exporter.counting.sqltext import render_queries
 from exporter.model import Figures
 
 PATHS = ResultPaths()
@@ -50,7 +50,7 @@ async def test_values_from_sql_decode_as_the_whole_document(db_dsn: str) -> None
         await conn.execute("INSERT INTO job (job_type, status, result) VALUES (1, 3, NULL)")
         since = await conn.fetchval("SELECT now() - interval '1 hour'")
         rows = await conn.fetch(
-            load_queries("job")["changes_after"],
+            render_queries("job")["changes_after"],
             since, NIL, FOREVER, 1000, *[list(p) for p in PATHS.as_tuple()],
         )  # fmt: skip
         texts = {
