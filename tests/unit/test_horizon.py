@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.changefeed import FOREVER, MARGIN, NIL, ChangeFeed
+from exporter.counting.changefeed import FOREVER, NIL, ChangeFeed
+from exporter.counting.horizon import TIMESTAMP_MARGIN as MARGIN
 from exporter.counting.horizon import Horizon
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
