@@ -30,11 +30,12 @@ from exporter.counting.sqltext import render_queries
 from exporter.demo.cluster import Cluster
 
 CHUNK = 5000
-# Run in the baseline's checkout: revisions before the rename called the renderer load_queries.
+# Run in the baseline's checkout: before render_queries took a table name, exporter.db's
+# load_queries did (render_queries then wanted a mapping, so the old name is tried first).
 PRINT = (
     "import json\n"
-    "try:\n    from exporter.counting.sqltext import render_queries as render\n"
-    "except ImportError:\n    from exporter.db import load_queries as render\n"
+    "try:\n    from exporter.db import load_queries as render\n"
+    "except ImportError:\n    from exporter.counting.sqltext import render_queries as render\n"
     "print(json.dumps(render('job')))"
 )
 
