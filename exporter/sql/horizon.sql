@@ -22,7 +22,7 @@
 -- in a transaction stamped with the VACUUM's start (PostgreSQL 15: its now() was the VACUUM's
 -- start, 6 s before it committed). pg_stat_activity shows nothing that tells that session from
 -- a plain VACUUM, and leaving it out would let the bound pass a row that commits later. Such a
--- session holds the bound like any long transaction (pg_dump): counting goes on past it.
+-- session holds the bound as any long transaction (pg_dump) does.
 
 -- name: sessions
 FROM (SELECT now() AS now,
