@@ -13,7 +13,7 @@
 -- hidden, the sessions this role may not see (pg_read_all_stats shows them); prepared.
 --
 -- Which sessions are left out, and why no more: a session may be left out only if no row it
--- writes from now on can carry a stamp older than now(). Autovacuum workers (backend_type
+-- has yet to commit can carry a stamp older than now(). Autovacuum workers (backend_type
 -- 'autovacuum worker', anti-wraparound ones too) run no client SQL: they prune and freeze row
 -- versions, never make one, so a long autovacuum of any table must not hold back counting.
 -- A VACUUM, ANALYZE or CREATE INDEX CONCURRENTLY sent by a client stays in, though the command
