@@ -5,26 +5,22 @@ oldest transaction still open in this database (``pg_stat_activity.xact_start``)
 Every change the cycle's snapshot does not show yet comes from a transaction that started at
 or after ``H``, and the queue stamps ``updated_at = now()``, its transaction's start time. So
 no row can ever appear with ``updated_at`` below ``H``: the cycle may read the rows below
-``H - MARGIN`` and move the cursor past them for good. The cursor is a keyset position
-``(updated_at, job_id)``, read forward in bounded chunks; rows at or above the bound are
-counted when seen (they are visible) but the cursor stops at the bound, so they are read again
-and recognised. A long transaction elsewhere holds ``H`` back: the reads past the bound go on
-from ``ahead`` meanwhile, so the counters are not late either; only forgetting waits.
-Timestamps, not transaction ids, so xid wraparound cannot move the cursor.
-See docs/exactness.md for the whole argument.
+``H - TIMESTAMP_MARGIN`` (horizon.py says why 0.25 s) and move the cursor past them for good.
+The cursor is a keyset position ``(updated_at, job_id)``, read forward in bounded chunks;
+rows at or above the bound are counted when seen (they are visible) but the cursor stops at
+the bound, so they are read again and recognised. A long transaction elsewhere holds ``H``
+back: the reads past the bound go on from ``ahead`` meanwhile, so the counters are not late
+either; only forgetting waits. Timestamps, not transaction ids, so xid wraparound cannot
+move the cursor. See docs/exactness.md for the whole argument.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.horizon import Horizon
+from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon
 from exporter.model import NIL
 
-# pg_stat_activity publishes xact_start a few microseconds after the transaction took it: the
-# bound keeps this much slack. (The rows above the bound are read too, and read again when the
-# cursor passes them, so the margin costs margin x rate re-read rows per cycle.)
-MARGIN = 0.25
 # The chunks' upper bound: the rows above the cycle's bound are read as well (see chunk()).
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -35,7 +31,9 @@ Key = tuple[datetime, str]
 class ChangeFeed:
     """Keyset cursor over ``(updated_at, job_id)`` bounded by the horizon; no I/O."""
 
-    def __init__(self, *, tolerance: float, max_rows: int, margin: float = MARGIN) -> None:
+    def __init__(
+        self, *, tolerance: float, max_rows: int, margin: float = TIMESTAMP_MARGIN
+    ) -> None:
         self.tolerance = tolerance  # used only when other sessions are hidden from this role
         self.max_rows = max_rows
         self.margin = margin

@@ -32,8 +32,12 @@ from exporter.model import PresetError, Row
 from exporter.vocabulary import PERMISSION
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes
-# its start timestamp; a bound used against now()-stamped columns keeps this much slack.
-TIMESTAMP_MARGIN = 1.0
+# its start timestamp, so every bound the horizon gives now()-stamped columns (the default
+# profile's change cursor, the presets' terminal-state windows) keeps this much slack. 0.25 s
+# is thousands of times those microseconds, and as much as a server clock stepped back may
+# cost (NTP slews offsets under 128 ms); more would only re-read more rows: the change cursor
+# reads again the rows of the last margin each cycle (bench/RESULTS.md measured it at 0.25 s).
+TIMESTAMP_MARGIN = 0.25
 T = TypeVar("T", datetime, float)
 # xid8 values are 64-bit; row xmins are their low 32 bits.
 XID_MODULUS = 1 << 32

@@ -1,8 +1,11 @@
-"""The default profile's SQL, rendered for one table mapping: queries.sql and indexes.sql.
+"""The SQL files' one block parser, the horizon's sessions fragment every profile shares, and
+the default profile's SQL rendered for one table mapping: queries.sql and indexes.sql.
 
-queries.sql is a template (its header lists the placeholders); indexes.sql stays plain SQL for
-the reference table, so ``psql -f`` runs it as it is, and is rendered for another table by
-replacing the reference's names in its statements. No I/O beyond reading the packaged files.
+Every SQL file the exporter ships holds named blocks (``-- name: x`` starts block x), read by
+:func:`sql_blocks`. queries.sql is a template (its header lists the placeholders);
+indexes.sql stays plain SQL for the reference table, so ``psql -f`` runs it as it is, and is
+rendered for another table by replacing the reference's names in its statements.
+No I/O beyond reading the packaged files.
 """
 
 from __future__ import annotations
@@ -28,10 +31,28 @@ from exporter.vocabulary import Status
 # the label knows it was cut (model.JobTypeLabels), and a megabyte never crosses the wire.
 JOB_TYPE_SQL_CHARS = 129
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_BLOCK = re.compile(r"^-- name: ", flags=re.MULTILINE)
 
 
 def _read(name: str) -> str:
     return resources.files("exporter").joinpath(f"sql/{name}").read_text(encoding="utf-8")
+
+
+def sql_blocks(package: str, file: str) -> dict[str, str]:
+    """The named blocks of one packaged SQL file, by name, each without surrounding blanks (the
+    file's header, before the first name, is left out)."""
+    text = resources.files(package).joinpath(file).read_text(encoding="utf-8")
+    blocks: dict[str, str] = {}
+    for chunk in _BLOCK.split(text)[1:]:
+        name, _, body = chunk.partition("\n")
+        blocks[name.strip()] = body.strip()
+    return blocks
+
+
+def horizon_sessions() -> str:
+    """The FROM clause through which every profile's horizon reads the sessions and the prepared
+    transactions (sql/horizon.sql says which sessions it leaves out, and why)."""
+    return sql_blocks("exporter", "sql/horizon.sql")["sessions"]
 
 
 def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
@@ -58,17 +79,21 @@ def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
     values["status_chars"] = str(SQL_CHARS)
     values["cursor_start"] = sql_literal(shape.cursor_start)
     values["cursor_nil"] = sql_literal(NIL)
+    values["sessions"] = horizon_sessions()
     return values
 
 
-def render_queries(mapping: TableMapping, shape: TableShape = REFERENCE_SHAPE) -> dict[str, str]:
-    """The named blocks of queries.sql, rendered for ``mapping`` and the table's ``shape``."""
+def render_queries(
+    table: str | TableMapping, shape: TableShape = REFERENCE_SHAPE
+) -> dict[str, str]:
+    """The named blocks of queries.sql, rendered for a table mapping and the table's ``shape``
+    (a table name alone: a table shaped like the reference)."""
+    mapping = TableMapping(name=table) if isinstance(table, str) else table
     values = _placeholders(mapping, shape)
-    blocks: dict[str, str] = {}
-    for chunk in re.split(r"^-- name: ", _read("queries.sql"), flags=re.MULTILINE)[1:]:
-        name, _, body = chunk.partition("\n")
-        blocks[name.strip()] = _PLACEHOLDER.sub(lambda m: values[m.group(1)], body).strip()
-    return blocks
+    blocks = sql_blocks("exporter", "sql/queries.sql")
+    return {
+        name: _PLACEHOLDER.sub(lambda m: values[m.group(1)], body) for name, body in blocks.items()
+    }
 
 
 def index_name(mapping: TableMapping, suffix: str) -> str:

@@ -1,4 +1,4 @@
-"""The asyncpg pool of one database: read-only sessions, timeouts, the SQL loader, translation.
+"""The asyncpg pool of one database: read-only sessions, timeouts, translation.
 
 Errors are translated here into ``DatabaseError`` with a short reason (timeout, lock,
 connection, query, schema, permission), so callers never see asyncpg's exception tree and no

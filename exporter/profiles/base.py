@@ -6,7 +6,6 @@ No I/O: a reader hands out :class:`Query` values, the caller runs them (see docs
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -14,6 +13,7 @@ from typing import Generic, Literal, TypeVar
 
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.reader import LedgerReader
+from exporter.counting.sqltext import horizon_sessions, sql_blocks
 from exporter.model import (
     CountingMode,
     Coverage,
@@ -47,6 +47,8 @@ EXACT_GAUGES: dict[str, Exactness] = dict.fromkeys(
     "exact",
 )
 
+PACKAGE = "exporter.profiles"  # its sql/ holds the presets' statements and index files
+
 # One failure reason for libraries that store none (procrastinate) or only the last one.
 UNKNOWN_REASON = "unknown"
 
@@ -63,23 +65,16 @@ class RetentionHint:
     seconds: float | None = None
 
 
-def _blocks(file: str) -> dict[str, str]:
-    text = resources.files("exporter.profiles").joinpath(f"sql/{file}").read_text(encoding="utf-8")
-    blocks: dict[str, str] = {}
-    for chunk in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, _, body = chunk.partition("\n")
-        blocks[name.strip()] = body.strip()
-    return blocks
-
-
-def load_queries(preset: str, *, event_log: str | None = None) -> dict[str, str]:
+def preset_queries(preset: str, *, event_log: str | None = None) -> dict[str, str]:
     """The statements of profiles/sql/<preset>.sql plus the shared ones (sql/shared.sql):
-    the snapshot, and with ``event_log`` (the log table) the event-log horizon."""
-    shared = _blocks("shared.sql")
-    blocks = {"snapshot": shared["snapshot"], **_blocks(f"{preset}.sql")}
+    the snapshot, and with ``event_log`` (the log table) the event-log horizon; every horizon
+    reads the sessions through the one fragment of exporter/sql/horizon.sql."""
+    shared = sql_blocks(PACKAGE, "sql/shared.sql")
+    blocks = {"snapshot": shared["snapshot"], **sql_blocks(PACKAGE, f"sql/{preset}.sql")}
     if event_log is not None:
         blocks["horizon"] = shared["eventlog_horizon"].replace("{log}", event_log)
-    return {name: sql.replace("{sessions}", shared["sessions"]) for name, sql in blocks.items()}
+    sessions = horizon_sessions()
+    return {name: sql.replace("{sessions}", sessions) for name, sql in blocks.items()}
 
 
 # The profile's own counting mode: its hooks (check_table, retune) take the mode it made, so
@@ -164,4 +159,4 @@ class Preset:
         """The CREATE INDEX CONCURRENTLY statements this preset needs, if any."""
         if self.index_file is None:
             return None
-        return resources.files("exporter.profiles").joinpath(f"sql/{self.index_file}").read_text()
+        return resources.files(PACKAGE).joinpath(f"sql/{self.index_file}").read_text()

@@ -17,7 +17,7 @@ from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
 from exporter.model import PresetError, Query, Results, Row
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "django_tasks"  # the SQL file's name; the profile is spelled "django-tasks"
@@ -79,7 +79,7 @@ class DjangoTasksReader(LedgerReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/django_tasks.sql."""
-        return load_queries(PRESET)
+        return preset_queries(PRESET)
 
     @property
     def tracked(self) -> int:

@@ -16,7 +16,7 @@ from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import Query, Results, Row
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "graphile_worker"
@@ -81,7 +81,7 @@ class GraphileWorkerReader(LedgerReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/graphile_worker.sql."""
-        return load_queries(PRESET)
+        return preset_queries(PRESET)
 
     @property
     def tracked(self) -> int:

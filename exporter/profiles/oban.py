@@ -10,7 +10,7 @@ a settled watermark). docs/presets.md ("Oban") has the argument.
 from __future__ import annotations
 
 from exporter.counting.statediff import JobState, StateDiffReader, StateNames
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 
 __all__ = ["INSERTED", "JobState", "ObanReader", "change"]
 
@@ -73,7 +73,7 @@ class ObanReader(StateDiffReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/oban.sql, with the id horizon over oban_jobs."""
-        return load_queries(PRESET, event_log=self.event_log)
+        return preset_queries(PRESET, event_log=self.event_log)
 
     @property
     def rescue_after(self) -> float | None:

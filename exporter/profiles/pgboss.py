@@ -14,7 +14,7 @@ from exporter.counting.horizon import Horizon
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
 from exporter.model import Query, Results, Row
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "pgboss"
@@ -83,7 +83,7 @@ class PgbossReader(LedgerReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/pgboss.sql."""
-        return load_queries(PRESET)
+        return preset_queries(PRESET)
 
     @property
     def known(self) -> dict[str, JobState]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.counting.eventlog import EventLogReader, last_index
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, preset_queries
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 PRESET = "pgqueuer"
@@ -51,7 +51,7 @@ class PgqueuerReader(EventLogReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/pgqueuer.sql, with the event-log horizon over its log table."""
-        return load_queries(PRESET, event_log=self.event_log)
+        return preset_queries(PRESET, event_log=self.event_log)
 
     def count(self, event: Row) -> None:
         """Add one pgqueuer_log row (see the statuses in docs/presets.md). Exception types are

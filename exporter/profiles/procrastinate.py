@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from exporter.counting.eventlog import EventLogReader, last_index
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, load_queries
+from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, Row, preset_queries
 from exporter.vocabulary import ERROR
 
 PRESET = "procrastinate"
@@ -50,7 +50,7 @@ class ProcrastinateReader(EventLogReader):
 
     def statements(self) -> dict[str, str]:
         """profiles/sql/procrastinate.sql, with the event-log horizon over its log table."""
-        return load_queries(PRESET, event_log=self.event_log)
+        return preset_queries(PRESET, event_log=self.event_log)
 
     def count(self, event: Row) -> None:
         """Add one procrastinate event (see the event types in docs/presets.md); procrastinate

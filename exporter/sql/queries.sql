@@ -6,7 +6,8 @@
 -- (text ones cut short in SQL, so a megabyte of text never crosses the wire), {job_id_type}
 -- the job_id column's type from the catalog; {table_name} and {status_name} the table's and the
 -- status column's names as string literals (for the catalog), {stats_value} a statistics value as
--- the column compares it, {status_chars} how much of an unmapped status value is sent.
+-- the column compares it, {status_chars} how much of an unmapped status value is sent;
+-- {sessions} the horizon's sessions fragment (exporter/sql/horizon.sql).
 -- Every output column keeps the reference's name.
 -- Every time is the database's (now() = the start of the collection's read-only transaction),
 -- returned as Unix seconds.
@@ -70,22 +71,6 @@ LIMIT 200;
 -- Only with collect.done_count: this reads every DONE row, so its cost grows with history.
 SELECT {job_type_out} AS job_type, count(*) AS jobs FROM {table} WHERE {status} = {done} GROUP BY 1;
 
--- name: changes
--- Rows changed since the last cycle minus the commit-lag tolerance, via job_exporter_updated_at_idx.
--- $1: lower bound (exclusive) as Unix seconds. result is only needed (and only read) for DONE rows.
-SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
-       {attempts} AS attempts, {max_attempts} AS max_attempts, {last_error} AS last_error,
-       CASE WHEN {status} = {done} THEN {result}::text END AS result,
-       extract(epoch FROM {run_after})::float8 AS run_after,
-       extract(epoch FROM {run_started_at})::float8 AS run_started_at,
-       extract(epoch FROM {created_at})::float8 AS created_at,
-       extract(epoch FROM {updated_at})::float8 AS updated_at,
-       -- Differences taken in SQL keep microsecond precision (epoch floats lose some).
-       extract(epoch FROM {run_started_at} - {run_after})::float8 AS wait_seconds,
-       extract(epoch FROM {updated_at} - {created_at})::float8 AS latency_seconds
-FROM {table}
-WHERE {updated_at} > to_timestamp($1::float8);
-
 -- name: active
 -- The baseline: every job that can still change, read once at the first collection.
 SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
@@ -112,33 +97,15 @@ SELECT {job_id}::text AS job_id FROM {table} WHERE {status} = {dead};
 SELECT {job_id}::text AS job_id FROM {table} WHERE {job_id} = ANY($1::text[]::{job_id_type}[]);
 
 -- name: horizon
--- Autocommit, before the cycle's snapshot (exporter/horizon.py has the argument): the start of
--- the oldest transaction open in this database, how many sessions this role may not see
--- (pg_read_all_stats shows them), and prepared transactions (gone from pg_stat_activity).
--- Autovacuum never writes the queue's rows, and a long vacuum must not hold the counters back.
--- writers_bound: the same over transactions that have written (hold an xid) or are young (may
--- not have written yet); reads past the held bound re-read from it, so a late commit is read in
--- the next cycle (changefeed.py). A transaction older than 5 s that has not written yet is
--- taken for a reader (pg_dump): if it writes after all, the cursor's sweep finds its rows.
+-- Autocommit, before the cycle's snapshot (exporter/counting/horizon.py has the argument): the
+-- sessions' bounds, hidden sessions and prepared transactions, read through the one fragment
+-- every profile shares (exporter/sql/horizon.sql says which sessions it leaves out and why).
 SELECT a.now, a.lower_bound, a.writers_bound, a.hidden, p.prepared
-FROM (SELECT now() AS now,
-             least(now(), min(xact_start) FILTER (
-                 WHERE pid <> pg_backend_pid()
-                   AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS lower_bound,
-             least(now(), min(xact_start) FILTER (
-                 WHERE pid <> pg_backend_pid()
-                   AND (backend_xid IS NOT NULL OR xact_start > now() - interval '5 seconds')
-                   AND backend_type IS DISTINCT FROM 'autovacuum worker')) AS writers_bound,
-             count(*) FILTER (WHERE backend_type IS NULL) AS hidden
-      FROM pg_stat_activity
-      WHERE datname = current_database()
-      OFFSET 0) a
-CROSS JOIN LATERAL (SELECT count(*) AS prepared FROM pg_prepared_xacts
-                    WHERE database = current_database() AND a.hidden >= 0 OFFSET 0) p;
+{sessions};
 
 -- name: changes_after
 -- The next chunk of changed rows past the cursor, in keyset order, via
--- job_exporter_updated_at_idx (exporter/horizon.py says where the cursor may stop). The inner query picks the chunk (ordered by the table's
+-- job_exporter_updated_at_idx (exporter/counting/horizon.py says where the cursor may stop). The inner query picks the chunk (ordered by the table's
 -- columns: epoch floats and job_id as text would sort differently); the outer one computes
 -- the output for those rows only, not for every row the sort looked at.
 -- $1, $2: the cursor (updated_at, job_id as text, cast to the column's type: the keyset order

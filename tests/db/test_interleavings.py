@@ -210,7 +210,7 @@ class Workload:
 
     async def age_reader(self) -> None:
         """Wait until the held reader is older than 5 s: the horizon no longer takes it for a
-        writer that may still commit (exporter/sql/queries.sql, ``writers_bound``)."""
+        writer that may still commit (exporter/sql/horizon.sql, ``writers_bound``)."""
         if self.reader is not None:
             pid = self.reader.get_server_pid()
             await self.main.execute(

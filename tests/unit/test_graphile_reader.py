@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from exporter.counting.horizon import TIMESTAMP_MARGIN
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import PresetError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
@@ -76,11 +77,12 @@ def test_window_bound_follows_the_previous_horizon_and_waits_for_prepared_transa
     assert reader.counting is False
     first = _cycle(reader, [])
     assert first["gauges"] == (30.0,)
-    assert first["deaths"] == (999.0, [])  # the baseline reads its own bound
+    assert first["deaths"] == (1000.0 - TIMESTAMP_MARGIN, [])  # the baseline reads its own bound
     assert "dead" in first  # and recounts the dead set
-    assert _cycle(reader, [], at=20)["deaths"] == (999.0, [])  # the previous horizon's
-    assert _cycle(reader, [], at=40, prepared=1)["deaths"] == (1019.0, [])
-    assert _cycle(reader, [], at=60)["deaths"] == (1019.0, [])  # held while 2PC was open
+    assert _cycle(reader, [], at=20)["deaths"] == (1000.0 - TIMESTAMP_MARGIN, [])  # the previous
+    assert _cycle(reader, [], at=40, prepared=1)["deaths"] == (1020.0 - TIMESTAMP_MARGIN, [])
+    # Held while 2PC was open.
+    assert _cycle(reader, [], at=60)["deaths"] == (1020.0 - TIMESTAMP_MARGIN, [])
 
 
 def test_hidden_sessions_refuse_to_count() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.changefeed import FOREVER, MARGIN, ChangeFeed
+from exporter.counting.changefeed import FOREVER, ChangeFeed
+from exporter.counting.horizon import TIMESTAMP_MARGIN as MARGIN
 from exporter.counting.horizon import Horizon
 from exporter.model import NIL
 

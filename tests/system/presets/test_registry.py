@@ -6,7 +6,7 @@ import pytest
 
 from exporter.counting.ledger import Ledger
 from exporter.profiles import PRESETS
-from exporter.profiles.base import load_queries
+from exporter.profiles.base import preset_queries
 
 METRICS = {
     "pending", "running", "scheduled", "oldest_pending_age", "oldest_ready_wait",
@@ -24,7 +24,7 @@ def test_preset_declares_every_metric_and_reads_only(name: str) -> None:
     assert reader.horizon_query().name == "horizon"
     event_log = getattr(reader, "event_log", None)
     # The SQL file is named after the reader's module (graphile-worker: graphile_worker.sql).
-    for sql in load_queries(getattr(reader, "preset", name), event_log=event_log).values():
+    for sql in preset_queries(getattr(reader, "preset", name), event_log=event_log).values():
         # The readers run under a read-only role: every block is a single SELECT (or WITH).
         code = " ".join(line.split("--")[0] for line in sql.splitlines()).strip()
         assert code.split()[0].upper() in ("SELECT", "WITH"), sql[:60]
