@@ -12,7 +12,11 @@ import logging
 from dataclasses import replace
 
 from exporter.board import Board
+from exporter.counting.cycle import CountingMode
+from exporter.counting.logical import LogicalMode
 from exporter.db import Connections, ConnectOptions, Database
+from exporter.db.follow import Follower
+from exporter.db.logical import is_logical, stream_options
 from exporter.election import Election
 from exporter.logs import log_fields
 from exporter.poller import Poller
@@ -78,6 +82,15 @@ class QueueRuntime:
             self.poller.standing = self._standing
         self._poller_task: asyncio.Task[None] | None = None
         self._election_task: asyncio.Task[None] | None = None
+        # collect.counting: logical: the change stream, run while this exporter collects.
+        self.follower: Follower | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        if is_logical(settings):
+            self.follower = Follower(
+                stream_options(settings), settings.collect.interval,
+                lambda: self.board.carried.get(settings.name),
+            )  # fmt: skip
+            self.poller.feed = self._feed
 
     def _database(self, settings: QueueSettings) -> Database:
         # Alone, the pool has what database.max_connections leaves beside the lock session;
@@ -85,6 +98,11 @@ class QueueRuntime:
         return self.connections.database(
             _pool_options(settings), shared_size=settings.database.max_connections
         )
+
+    async def _feed(self, mode: CountingMode) -> None:
+        assert self.follower is not None
+        assert isinstance(mode, LogicalMode)
+        await self.follower.feed(mode)
 
     def _standing(self) -> tuple[bool, bool, bool, str | None]:
         election = self.election
@@ -121,6 +139,10 @@ class QueueRuntime:
             # Withdraw at once: a standby must not export a counter it no longer keeps.
             self._poller_task.cancel()
             self._poller_task = None
+            if self.follower is not None:  # and leave the slot to the new leader
+                task = asyncio.create_task(self.follower.stop())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
         self.poller.publish()
 
     def _start_poller(self) -> None:
@@ -144,6 +166,8 @@ class QueueRuntime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.follower is not None:
+            await self.follower.stop()
         if self.election is not None:
             await self.election.lock.close()
         await self.connections.release(self.database)

@@ -8,8 +8,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from exporter.counting.cycle import CountingMode
+from exporter.counting.logical import LogicalMode
 from exporter.counting.results import ResultPaths
-from exporter.counting.sqltext import TableShape, index_names, render_queries
+from exporter.counting.sqltext import TableShape, index_name, index_names, render_queries
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
@@ -69,6 +70,9 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> C
     )
     # Rendered for the reference's types until _check_table has read the catalog, which the
     # poller runs before a fresh mode's first cycle.
+    if collect.counting == "logical":
+        return LogicalMode(render_queries(settings.mapping), options, settings.mapping, labels,
+                           tallies)  # fmt: skip
     return TransitionCursor(render_queries(settings.mapping), options, labels, tallies)
 
 
@@ -81,12 +85,20 @@ async def _check_table(
     layer's, which raises DatabaseError "schema" naming each mistake), and the mode's SQL
     rendered for the table's real types (its job_id's, its job_type's)."""
     shape = await inspect(settings.mapping)
-    if isinstance(mode, TransitionCursor):
+    if isinstance(mode, TransitionCursor | LogicalMode):
         mode.sql = render_queries(settings.mapping, shape)
 
 
+def _index_names(settings: QueueSettings) -> tuple[str, ...]:
+    # The stream replaces the change cursor, and with it the updated_at index.
+    names = index_names(settings.mapping)
+    if settings.collect.counting != "logical":
+        return names
+    return tuple(n for n in names if n != index_name(settings.mapping, "updated_at"))
+
+
 def _retune(settings: QueueSettings, mode: CountingMode) -> None:
-    if isinstance(mode, TransitionCursor):
+    if isinstance(mode, TransitionCursor | LogicalMode):
         collect = settings.collect
         mode.options = replace(
             mode.options, stuck_threshold=collect.stuck_threshold, done_count=collect.done_count
@@ -101,7 +113,7 @@ DEFAULT = Profile(
     watched_table=lambda settings: settings.database.table,
     make_labels=_labels,
     make_mode=_mode,
-    index_names=lambda settings: index_names(settings.mapping),
+    index_names=_index_names,
     check_table=_check_table,
     retune=_retune,
 )

@@ -42,6 +42,7 @@ LAYERS = {
     "runtime": 6,
     "service": 7,
     "demo": 8,
+    "logical": 8.5,  # the logical-setup and logical-drop commands, the start's refusals
     "cli": 9,
     "__main__": 10,
 }
@@ -67,7 +68,9 @@ class Rule:
 
 
 RULES = {
-    "only db/ talks to PostgreSQL": Rule(("",), imports=("asyncpg",), exempt=("db", "demo")),
+    "only db/ talks to PostgreSQL": Rule(
+        ("",), imports=("asyncpg", "psycopg2"), exempt=("db", "demo")
+    ),
     "only web/ speaks HTTP": Rule(("",), imports=("aiohttp",), exempt=("web",)),
     "only metrics/ knows prometheus_client": Rule(
         ("",), imports=("prometheus_client",), exempt=("metrics",)
