@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from exporter.counting.results import classify, decode_result, split_error
 from exporter.counting.statuses import count_unmapped, show_status
@@ -171,19 +171,21 @@ class ChangeCounter:
             tallies.add_cost(label, component, usd)
         # The completion's moment: updated_at when the completing statement set it, else the
         # commit (an application that completes without touching updated_at).
+        # Differences of datetimes, exact to the microsecond as polling's SQL computes them
+        # (a difference of two Unix times as floats is not).
         updated = self._time(new, "updated_at")
         end = updated if updated is not None and updated != self._time(old, "updated_at") else None
-        end = commit_time if end is None else end
+        end = datetime.fromtimestamp(commit_time, UTC) if end is None else end
         started = self._time(new, "run_started_at")
         run_after = self._time(new, "run_after")
         created = self._time(new, "created_at")
         duration = outcome.duration_seconds
         if duration is None and started is not None:
-            duration = max(0.0, end - started)
+            duration = max(0.0, (end - started).total_seconds())
         wait = None
         if run_after is not None:
-            wait = max(0.0, (started if started is not None else run_after) - run_after)
-        latency = max(0.0, end - created) if created is not None else None
+            wait = max(0.0, ((started or run_after) - run_after).total_seconds())
+        latency = max(0.0, (end - created).total_seconds()) if created is not None else None
         tallies.observe(label, duration, wait=wait, latency=latency)
 
     # --- values -------------------------------------------------------------------------
@@ -214,7 +216,7 @@ class ChangeCounter:
     def _label(self, row: Row) -> str:
         return self.labels.label(self._job_type(row))
 
-    def _time(self, row: Row, role: str) -> float | None:
+    def _time(self, row: Row, role: str) -> datetime | None:
         column = self._column.get(role)
         text = row.get(column) if column is not None else None
         return parse_time(text) if text is not None else None
@@ -231,9 +233,9 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def parse_time(text: str) -> float | None:
-    """A timestamptz's text output (DateStyle ISO) as Unix seconds; None for infinity."""
+def parse_time(text: str) -> datetime | None:
+    """A timestamptz's text output (DateStyle ISO); None for infinity."""
     try:
-        return datetime.fromisoformat(text).timestamp()
+        return datetime.fromisoformat(text)
     except ValueError:
         return None
