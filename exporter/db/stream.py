@@ -173,7 +173,7 @@ class ChangeStream:
         log.info("replication slot created", extra={"fields": {"slot": self.options.slot}})
 
     def _read(self, cur: Any) -> None:
-        reader = _Reader(self.options.table)
+        reader = TransactionReader(self.options.table)
         sent_at = 0.0
         while not self._stop.is_set():
             message = cur.read_message()
@@ -200,7 +200,7 @@ class ChangeStream:
             select.select([cur], [], [], WAIT)
 
 
-class _Reader:
+class TransactionReader:
     """pgoutput messages into whole transactions of one table, column names attached."""
 
     def __init__(self, table: str) -> None:
