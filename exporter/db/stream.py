@@ -51,8 +51,8 @@ SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3"
 def psycopg2_modules() -> tuple[Any, Any]:
     """psycopg2 and psycopg2.extras, or DatabaseError naming the extra that installs them."""
     try:
-        import psycopg2  # type: ignore[import-untyped]
-        import psycopg2.extras  # type: ignore[import-untyped]
+        import psycopg2
+        import psycopg2.extras
     except ImportError:
         raise DatabaseError("schema", EXTRA_HINT) from None
     return psycopg2, psycopg2.extras

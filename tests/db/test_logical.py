@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -353,3 +353,68 @@ def _refusals(dsn: str, *extra: str) -> str:
     problems, unchecked = asyncio.run(check_all(settings))
     assert not unchecked
     return "\n".join(problems)
+
+
+# --- where the slot is confirmed ----------------------------------------------------------
+
+
+async def _confirmed(dsn: str, slot: str | None) -> int:
+    return int(
+        await fetchval(
+            dsn,
+            "SELECT (confirmed_flush_lsn - '0/0')::bigint FROM pg_replication_slots "
+            "WHERE slot_name = $1",
+            slot,
+        )
+    )
+
+
+async def _until(
+    check: Callable[[], Awaitable[bool]], runtime: QueueRuntime, limit: float = 20.0
+) -> None:
+    deadline = time.monotonic() + limit
+    while not await check():
+        assert time.monotonic() < deadline
+        await runtime.poller.collect_once()
+        await asyncio.sleep(0.1)
+
+
+async def test_the_slot_is_confirmed_only_where_a_scrape_carried_the_counts(
+    logical_dsn: str,
+) -> None:
+    from exporter.web.exposition import Exposition
+
+    queue = logical_queue(logical_dsn, fast_queue(logical_dsn, interval=60.0))
+    slot = queue.collect.logical_slot
+    truth = Tally()
+    async with streaming(queue) as runtime:
+        follower = runtime.follower
+        assert follower is not None
+        conn = await asyncpg.connect(logical_dsn)
+        try:
+            queue_ops = JobQueue(conn, backoff_base=0.0)
+            for _ in range(5):
+                record(truth, await queue_ops.enqueue(1))
+            await counted(runtime, caught_up(runtime, truth))
+            counted_at = follower.position
+            before = await _confirmed(logical_dsn, slot)
+            # Counted, not scraped, not three intervals old: a successor would get them again.
+            assert before < counted_at
+            await Exposition(runtime.board).body()  # a scrape carries them
+            assert runtime.board.carried[queue.name] == counted_at
+
+            async def confirmed_at_count() -> bool:
+                return await _confirmed(logical_dsn, slot) >= counted_at
+
+            await _until(confirmed_at_count, runtime)
+            # Other tables' WAL (the job table quiet): the slot follows the server's position,
+            # so a quiet queue never pins the WAL of busy tables.
+            await conn.execute("CREATE TABLE elsewhere (n int); INSERT INTO elsewhere VALUES (1)")
+            target = int(await conn.fetchval("SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint"))
+
+            async def past_other_tables() -> bool:
+                return await _confirmed(logical_dsn, slot) >= target
+
+            await _until(past_other_tables, runtime)
+        finally:
+            await conn.close()
