@@ -13,6 +13,7 @@ import sys
 
 from exporter.db import DatabaseError
 from exporter.db.logical import check_all, drop_slot, logical_queues, setup_script, slot_of
+from exporter.db.stream import psycopg2_modules
 from exporter.settings import ConfigError, Settings
 from exporter.settings.flags import LOGICAL_SETUP
 
@@ -24,6 +25,10 @@ def check_logical(settings: Settings) -> None:
     (its stream fails visibly until it is back)."""
     if not logical_queues(settings):
         return
+    try:
+        psycopg2_modules()
+    except DatabaseError as exc:
+        raise ConfigError(f"collect.counting: {exc}") from None
     problems, unchecked = asyncio.run(check_all(settings))
     for queue, why in unchecked:
         log.warning(

@@ -418,3 +418,17 @@ async def test_the_slot_is_confirmed_only_where_a_scrape_carried_the_counts(
             await _until(past_other_tables, runtime)
         finally:
             await conn.close()
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_logical_drop_drops_the_queues_slot_and_says_when_there_is_none(
+    logical_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(
+        execute(logical_dsn, "SELECT pg_create_logical_replication_slot('to_drop', 'pgoutput')")
+    )
+    args = ["logical-drop", *_start(logical_dsn)[:-2], "--collect.logical-slot", "to_drop"]
+    assert main(args, {}) == 0
+    assert "slot to_drop dropped" in capsys.readouterr().out
+    assert main(args, {}) == 0
+    assert "slot to_drop not found" in capsys.readouterr().out
