@@ -23,6 +23,13 @@ log = logging.getLogger(__name__)
 def check_logical(settings: Settings) -> None:
     """ConfigError naming each refusal; a database that is down is warned about, not refused
     (its stream fails visibly until it is back)."""
+    presets = [q.name for q in settings.queues if q.collect.counting == "logical"]
+    presets = [name for name in presets if name not in {q.name for q in logical_queues(settings)}]
+    if presets:
+        raise ConfigError(
+            f"collect.counting: queue {', '.join(presets)}: logical counting is built for the "
+            "default profile and mapped tables only so far; use polling for a preset"
+        )
     if not logical_queues(settings):
         return
     try:

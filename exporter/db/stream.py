@@ -182,22 +182,33 @@ class ChangeStream:
                 if done is not None and done.changes:
                     self._queue.put(done)
                     self._delivered_end = done.end_lsn
-                continue
-            self.server_lsn = max(self.server_lsn, int(cur.wal_end))
-            target = self._confirm
-            if target >= self._delivered_end and not reader.open:
-                # Everything handed over is counted and carried: the WAL since holds nothing
-                # of the table's, so a quiet table never pins the WAL of busy ones.
-                target = max(target, self.server_lsn)
+            else:
+                self.server_lsn = max(self.server_lsn, int(cur.wal_end))
             now = time.monotonic()
-            if target > self.confirmed_lsn or now - sent_at >= FEEDBACK_EVERY:
-                if target > self.confirmed_lsn:
-                    self.confirmed_lsn = target
-                cur.send_feedback(
-                    write_lsn=self.confirmed_lsn, flush_lsn=self.confirmed_lsn, force=True
-                )
+            # Also while messages keep coming: a busy stream must still tell the server it
+            # lives, and how far it may let go.
+            if self._target(reader, idle=message is None) > self.confirmed_lsn or (
+                now - sent_at >= FEEDBACK_EVERY
+            ):
+                self._feedback(cur, reader, idle=message is None)
                 sent_at = now
-            select.select([cur], [], [], WAIT)
+            if message is None:
+                select.select([cur], [], [], WAIT)
+        # Stopping (a standby now, or shutting down): what the event loop allowed last is
+        # confirmed, so a successor does not count again what a scrape already carried.
+        self._feedback(cur, reader, idle=False)
+
+    def _target(self, reader: TransactionReader, *, idle: bool) -> int:
+        target = self._confirm
+        if idle and target >= self._delivered_end and not reader.open:
+            # Everything handed over is counted and carried: the WAL since holds nothing of
+            # the table's, so a quiet table never pins the WAL of busy ones.
+            target = max(target, self.server_lsn)
+        return target
+
+    def _feedback(self, cur: Any, reader: TransactionReader, *, idle: bool) -> None:
+        self.confirmed_lsn = max(self.confirmed_lsn, self._target(reader, idle=idle))
+        cur.send_feedback(write_lsn=self.confirmed_lsn, flush_lsn=self.confirmed_lsn, force=True)
 
 
 class TransactionReader:

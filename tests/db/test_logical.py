@@ -432,3 +432,70 @@ def test_logical_drop_drops_the_queues_slot_and_says_when_there_is_none(
     assert "slot to_drop dropped" in capsys.readouterr().out
     assert main(args, {}) == 0
     assert "slot to_drop not found" in capsys.readouterr().out
+
+
+async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(logical_dsn: str) -> None:
+    """Two exporters, one slot: only the leader streams; after it stops, the standby counts
+    its unscraped tail once, so the leader's scraped counts plus the standby's equal the truth."""
+    from exporter.web.exposition import Exposition
+    from tests.helpers import parse, value
+
+    queue = logical_queue(logical_dsn, fast_queue(logical_dsn, interval=3.0))
+    queue = replace(queue, collect=replace(queue.collect, leader_election=True))
+    leader, standby = QueueRuntime(queue), QueueRuntime(queue)
+    conn = await asyncpg.connect(logical_dsn)
+    ops = JobQueue(conn, backoff_base=0.0)
+
+    async def until(check: Callable[[], bool], limit: float = 30.0) -> None:
+        deadline = time.monotonic() + limit
+        while not check():
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+
+    async def enqueue(n: int) -> None:
+        for _ in range(n):
+            assert await ops.enqueue(1) is not None
+
+    def enqueued(runtime: QueueRuntime) -> int:
+        return sum(runtime.poller.tallies.enqueued.values())
+
+    try:
+        leader.start()
+        await until(lambda: leader.leader and leader.follower is not None
+                    and leader.follower.stream.running)  # fmt: skip
+        standby.start()
+        await asyncio.sleep(1.0)
+        assert standby.follower is not None
+        assert not standby.leader
+        assert not standby.follower.stream.running  # a standby never streams
+        slot = queue.collect.logical_slot
+        await until(lambda: leader.poller.health.up)
+        deadline = time.monotonic() + 30
+        while not await fetchval(
+            logical_dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot
+        ):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        await enqueue(5)
+        await until(lambda: enqueued(leader) == 5)
+        scraped = parse((await Exposition(leader.board).body())["identity"].decode())
+        await enqueue(3)  # counted by the leader, never scraped from it
+        await until(lambda: enqueued(leader) == 8)
+        await leader.stop()
+        await enqueue(2)
+        await until(lambda: standby.leader and enqueued(standby) == 5)
+        await asyncio.sleep(1.0)  # nothing more arrives
+        assert value(scraped, "jobqueue_jobs_enqueued_total", job_type="1") == 5
+        assert enqueued(standby) == 5  # the leader's unscraped 3, then 2: 5 + 5 = 10
+    finally:
+        await conn.close()
+        await standby.stop()
+        await leader.stop()
+        for runtime in (leader, standby):
+            await runtime.database.close()
+        await execute(
+            logical_dsn,
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = $1",
+            queue.collect.logical_slot,
+        )

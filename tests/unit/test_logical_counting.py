@@ -236,3 +236,17 @@ def test_without_psycopg2_the_start_names_the_extra(
     err = capsys.readouterr().err
     assert "collect.counting" in err
     assert "jobqueue-exporter[logical]" in err
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_a_preset_with_logical_counting_is_refused_naming_the_setting(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from exporter.cli import main
+
+    args = ["--collect.counting", "logical", "--queue.profile", "procrastinate",
+            "--database.dsn", "postgresql://u@db.invalid/shop"]  # fmt: skip
+    assert main(args, {}) == 2
+    err = capsys.readouterr().err
+    assert "collect.counting: queue shop" in err
+    assert "use polling for a preset" in err
