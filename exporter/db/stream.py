@@ -165,6 +165,12 @@ class ChangeStream:
         cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.options.slot,))
         if cur.fetchone() is not None:
             return
+        # Creation waits until every transaction open now has ended, a prepared one included
+        # (counting starts after them: they are history, as before polling's baseline).
+        log.info(
+            "creating the replication slot; it waits for the transactions open now to end",
+            extra={"fields": {"slot": self.options.slot}},
+        )
         try:
             cur.create_replication_slot(self.options.slot, output_plugin="pgoutput")
         except psycopg2.errors.DuplicateObject:

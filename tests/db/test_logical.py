@@ -49,6 +49,7 @@ def logical_cluster() -> Iterator[Cluster]:
         cluster.start()
         cluster.psql("ALTER SYSTEM SET wal_level = logical")
         cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1GB'")
+        cluster.psql("ALTER SYSTEM SET max_prepared_transactions = 4")
         with (cluster.data_dir / "pg_hba.conf").open("a") as hba:
             hba.write("host replication all 127.0.0.1/32 trust\n")
         cluster.restart()
@@ -291,6 +292,30 @@ async def test_a_mapped_table_counts_exactly_from_its_stream(
         await counted(runtime, caught_up(runtime, truth))
         assert_exact(runtime.poller, truth)
         assert sum(runtime.poller.tallies.completed.values()) == 20
+
+
+async def test_a_prepared_transaction_is_counted_once_at_its_commit_prepared(
+    logical_dsn: str,
+) -> None:
+    truth = Tally()
+    async with streaming(logical_queue(logical_dsn)) as runtime:
+        conn = await asyncpg.connect(logical_dsn)
+        try:
+            queue = JobQueue(conn, backoff_base=0.0)
+            await conn.execute("BEGIN")
+            row = await conn.fetchrow(JobQueue.ENQUEUE, None, 3, 100, "{}", None, 3)
+            assert row is not None
+            prepared = Transition.from_row("enqueue", row)
+            await conn.execute("PREPARE TRANSACTION 'jobqueue_2pc'")
+            record(truth, await queue.enqueue(1))
+            await counted(runtime, caught_up(runtime, truth))
+            assert runtime.poller.tallies.enqueued == {"1": 1}  # not before its commit
+            await conn.execute("COMMIT PREPARED 'jobqueue_2pc'")
+            record(truth, prepared)
+        finally:
+            await conn.close()
+        await counted(runtime, caught_up(runtime, truth))
+        assert_exact(runtime.poller, truth)
 
 
 # --- refusals at start ------------------------------------------------------------------
