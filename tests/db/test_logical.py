@@ -318,6 +318,32 @@ async def test_a_prepared_transaction_is_counted_once_at_its_commit_prepared(
         assert_exact(runtime.poller, truth)
 
 
+async def test_counts_arrive_while_a_long_transaction_stays_open(logical_dsn: str) -> None:
+    truth = Tally()
+    async with streaming(logical_queue(logical_dsn)) as runtime:
+        holder = await asyncpg.connect(logical_dsn)
+        conn = await asyncpg.connect(logical_dsn)
+        try:
+            # A writing transaction (it holds an xid, so the slot's restart_lsn cannot pass it)
+            # and a read-only one: neither holds back the commits that come after them.
+            await holder.execute("CREATE TABLE IF NOT EXISTS held (n int)")
+            await holder.execute("BEGIN; INSERT INTO held VALUES (1)")
+            queue = JobQueue(conn, backoff_base=0.0)
+            started = time.monotonic()
+            for _ in range(20):
+                job = await queue.enqueue(1)
+                assert job is not None
+                claim = await queue.claim("w", 60.0, job_id=job.job_id)
+                record(truth, job, claim, await queue.complete(job.job_id, "w", RESULT))
+            await counted(runtime, caught_up(runtime, truth), limit=10.0)
+            assert_exact(runtime.poller, truth)
+            assert time.monotonic() - started < 15.0
+            assert await holder.fetchval("SELECT count(*) FROM held") == 1  # still open
+        finally:
+            await holder.close()
+            await conn.close()
+
+
 # --- refusals at start ------------------------------------------------------------------
 
 
