@@ -97,7 +97,7 @@ class ChangeCounter:
             self.tallies.enqueued[self._label(change.new)] += 1
             # A row inserted finished (an archive restore) is counted as if it had been
             # inserted pending and then changed, as polling counts a row it meets first.
-            self._transition({self._column["status"]: None}, change.new, commit_time)
+            self._transition(PENDING, {}, change.new, commit_time)
         elif change.kind == UPDATE and change.new is not None:
             old = change.old
             if old is None or self._column["status"] not in old:
@@ -106,7 +106,7 @@ class ChangeCounter:
                     **(old or {}),
                     self._column["status"]: change.new.get(self._column["status"]),
                 }
-            self._transition(old, change.new, commit_time)
+            self._transition(self._status(old, count=False), old, change.new, commit_time)
         elif change.kind == DELETE and change.old is not None:
             status = self._status(change.old, count=False)
             if status in ACTIVE_NAMES:
@@ -116,8 +116,7 @@ class ChangeCounter:
                 self.dead_delta[self._job_type(change.old)] -= 1
             # A finished (DONE) row was counted when it finished.
 
-    def _transition(self, old: Row, new: Row, commit_time: float) -> None:
-        before = self._status(old, insert=True, count=False)
+    def _transition(self, before: int | None, old: Row, new: Row, commit_time: float) -> None:
         after = self._status(new)
         if after is None:
             return
@@ -190,13 +189,11 @@ class ChangeCounter:
 
     # --- values -------------------------------------------------------------------------
 
-    def _status(self, row: Row, *, insert: bool = False, count: bool = True) -> int | None:
+    def _status(self, row: Row, *, count: bool = True) -> int | None:
         column = self._column["status"]
         if column not in row:
             return None
         text = row[column]
-        if text is None and insert:
-            return PENDING  # the state an INSERT starts from
         code = self._codes.get(text) if text is not None else None
         if code is None and count:
             # Counted once per change, from its new row: the old one was counted as new.
