@@ -250,3 +250,12 @@ def test_a_preset_with_logical_counting_is_refused_naming_the_setting(
     err = capsys.readouterr().err
     assert "collect.counting: queue shop" in err
     assert "use polling for a preset" in err
+
+
+def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
+    # A key-only old tuple without the status (an identity the start refuses) must not pass
+    # for a pending row.
+    c = counter()
+    old = {k: None for k in row(2)}
+    c.apply(tx(RowChange(UPDATE, old=old, new=row(3, 1, result="{}"))))
+    assert not any(c.tallies.counters().values())
