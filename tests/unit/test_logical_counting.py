@@ -259,3 +259,13 @@ def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
     old = {k: None for k in row(2)}
     c.apply(tx(RowChange(UPDATE, old=old, new=row(3, 1, result="{}"))))
     assert not any(c.tallies.counters().values())
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_demo_refuses_logical_counting_before_starting_a_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from exporter.cli import main
+
+    assert main(["demo", "--collect.counting", "logical"], {}) == 2
+    assert "collect.counting: the demo counts by polling only" in capsys.readouterr().err
