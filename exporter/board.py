@@ -10,7 +10,7 @@ shows a stale verdict.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 
 from exporter.model import ConfigStatus, QueueStatus, QueueView
@@ -25,6 +25,8 @@ class Board:
         self._order: list[str] = []
         self._generation = 0
         self.config = ConfigStatus(last_success_at=time.time())
+        # Per queue, the last stream position whose counts a /metrics response carried.
+        self.carried: dict[str, int] = {}
         # Called (synchronously, on the event loop) after every publication.
         self.listeners: list[Callable[[], None]] = []
 
@@ -51,6 +53,11 @@ class Board:
         self._generation += 1
         for listener in self.listeners:
             listener()
+
+    def carry(self, positions: Mapping[str, int]) -> None:
+        """A /metrics response carried the counts up to these positions (by queue)."""
+        for name, position in positions.items():
+            self.carried[name] = max(self.carried.get(name, 0), position)
 
     def generation(self) -> Hashable:
         """Changes at every publication."""

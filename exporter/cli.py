@@ -34,6 +34,8 @@ from exporter.settings.flags import (
     DEMO,
     HEALTHCHECK,
     INDEXES,
+    LOGICAL_DROP,
+    LOGICAL_SETUP,
     PROG,
     RENDER_RULES,
     ParserExit,
@@ -283,6 +285,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return _render_rules(settings, namespace.format, namespace.output, labels)
     if command == INDEXES:
         return _print_indexes(settings)
+    if command in (LOGICAL_SETUP, LOGICAL_DROP):
+        from exporter.logical import logical_command
+
+        return logical_command(command, settings)
     from exporter.demo import demo_queue, run_demo
     from exporter.service import run
     from exporter.web.validate import WebConfigError
@@ -306,11 +312,17 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     try:
         if command == DEMO:
+            from exporter.logical import refuse_demo
+
+            refuse_demo(settings)
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
             log_start((demo_queue(settings, ""),))
             return run_demo(settings)
         log_start(settings.queues)  # the start line first, then what the catalog check says
         _checked_tables(settings)
+        from exporter.logical import check_logical
+
+        check_logical(settings)
     except ConfigError as exc:
         _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
         return EXIT_USAGE

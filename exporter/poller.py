@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import Any
 
 from exporter.board import Board
 from exporter.db import Database, DatabaseError, run_cycle
@@ -79,6 +80,9 @@ class Poller:
         # (collector, holds the lock, reachable, why not) of the queue's election; None: no
         # election, this exporter always collects.
         self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
+        # Hands a streaming mode the changes committed since, before its cycle (db/follow.py).
+        # Any: the follower feeds the logical mode, the one mode a queue with a feed has.
+        self.feed: Callable[[Any], Awaitable[None]] | None = None
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -158,6 +162,7 @@ class Poller:
             held=self._held(),
             coverage=self.profile.coverage_for(self.settings),
             fresh_until=self._fresh_until(),
+            position=getattr(self.mode, "position", None),
         )
 
     def _held(self) -> HeldJobs | None:
@@ -298,6 +303,8 @@ class Poller:
             or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY
         ):
             await self._check_indexes()
+        if self.feed is not None:
+            await self.feed(self.mode)
         budget = self.settings.collect.timeout * READ_BUDGET_SHARE
         collected, durations = await run_cycle(self.database, self.mode, budget)
         self._note(collected)
@@ -314,15 +321,11 @@ class Poller:
         health.rows_read += collected.rows_read
         log.debug(
             "collected",
-            extra={
-                "fields": {
-                    "duration_seconds": round(sum(durations.values()), 6),
-                    "rows_read": collected.rows_read,
-                    "lag_seconds": round(collected.lag, 3),
-                    "tracked_jobs": self.mode.tracked,
-                }
-            },
-        )
+            extra={"fields": {"duration_seconds": round(sum(durations.values()), 6),
+                              "rows_read": collected.rows_read,
+                              "lag_seconds": round(collected.lag, 3),
+                              "tracked_jobs": self.mode.tracked}},
+        )  # fmt: skip
 
     def _note(self, collected: Collected) -> None:
         if collected.counting and not self._counting:

@@ -13,6 +13,8 @@ from dataclasses import replace
 
 from exporter.board import Board
 from exporter.db import Connections, ConnectOptions, Database
+from exporter.db.follow import Follower
+from exporter.db.logical import is_logical, stream_options
 from exporter.election import Election
 from exporter.logs import log_fields
 from exporter.poller import Poller
@@ -78,6 +80,15 @@ class QueueRuntime:
             self.poller.standing = self._standing
         self._poller_task: asyncio.Task[None] | None = None
         self._election_task: asyncio.Task[None] | None = None
+        # collect.counting: logical: the change stream, run while this exporter collects.
+        self.follower: Follower | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
+        if is_logical(settings):
+            self.follower = Follower(
+                stream_options(settings), settings.collect.interval,
+                lambda: self.board.carried.get(settings.name),
+            )  # fmt: skip
+            self.poller.feed = self.follower.feed
 
     def _database(self, settings: QueueSettings) -> Database:
         # Alone, the pool has what database.max_connections leaves beside the lock session;
@@ -121,6 +132,10 @@ class QueueRuntime:
             # Withdraw at once: a standby must not export a counter it no longer keeps.
             self._poller_task.cancel()
             self._poller_task = None
+            if self.follower is not None:  # and leave the slot to the new leader
+                task = asyncio.create_task(self.follower.stop())
+                self._stopping.add(task)
+                task.add_done_callback(self._stopping.discard)
         self.poller.publish()
 
     def _start_poller(self) -> None:
@@ -144,6 +159,8 @@ class QueueRuntime:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.follower is not None:
+            await self.follower.stop()
         if self.election is not None:
             await self.election.lock.close()
         await self.connections.release(self.database)

@@ -93,3 +93,7 @@ DASHBOARD_URL = "https://grafana.example.invalid/d/jobqueue-exporter/jobqueue"
 
 PROJECT = "jobqueue-exporter"
 DEFAULT_PORT = 10049
+
+# A queue's replication slot under collect.counting: logical, unless collect.logical_slot names
+# one: this and the queue name (docs/logical.md).
+SLOT_PREFIX = "jobqueue_"

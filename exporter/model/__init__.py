@@ -327,6 +327,9 @@ class QueueView:
     # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never
     # fresh, or a view not published through the board.
     fresh_until: float | None = None
+    # The end of the last commit the tallies count (collect.counting: logical), None otherwise:
+    # once a /metrics response carried them, the slot may be confirmed there.
+    position: int | None = None
 
 
 @dataclass(frozen=True)

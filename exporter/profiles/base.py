@@ -115,6 +115,10 @@ class Profile(Generic[M]):
     # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
     retune: Callable[[QueueSettings, M], None] | None = None
 
+    # Whether collect.counting: logical is built for this profile (its changes counted from the
+    # table's change stream); the start refuses it for the others.
+    streams: bool = False
+
     # The series a queue's own settings leave out (the default profile's result paths);
     # None: ``coverage`` whatever the settings.
     settings_coverage: Callable[[QueueSettings], Coverage] | None = None

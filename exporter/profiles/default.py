@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from exporter.counting.logical import LogicalMode
 from exporter.counting.results import ResultPaths
-from exporter.counting.sqltext import index_names, render_queries
+from exporter.counting.sqltext import index_name, index_names, render_queries
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
@@ -51,7 +52,12 @@ def _labels(settings: QueueSettings) -> JobTypeLabels:
     return JobTypeLabels(collect.job_types, collect.max_job_types)
 
 
-def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> TransitionCursor:
+# The default profile's two counting modes: the change cursor over updated_at (polling) and the
+# change stream (collect.counting: logical). Both run the same snapshot SQL and options.
+DefaultMode = TransitionCursor | LogicalMode
+
+
+def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> DefaultMode:
     collect = settings.collect
     tracker = TrackerOptions(
         commit_lag_tolerance=collect.commit_lag_tolerance,
@@ -68,13 +74,16 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> T
     )
     # Rendered for the reference's types until _check_table has read the catalog, which the
     # poller runs before a fresh mode's first cycle.
+    if collect.counting == "logical":
+        return LogicalMode(render_queries(settings.mapping), options, settings.mapping, labels,
+                           tallies)  # fmt: skip
     return TransitionCursor(render_queries(settings.mapping), options, labels, tallies)
 
 
 async def _check_table(
     settings: QueueSettings,
     inspect: Callable[[TableMapping], Awaitable[TableShape]],
-    mode: TransitionCursor,
+    mode: DefaultMode,
 ) -> None:
     """The mapping checked against the catalog by ``inspect`` (the poller passes the database
     layer's, which raises DatabaseError "schema" naming each mistake), and the mode's SQL
@@ -82,14 +91,22 @@ async def _check_table(
     mode.sql = render_queries(settings.mapping, await inspect(settings.mapping))
 
 
-def _retune(settings: QueueSettings, mode: TransitionCursor) -> None:
+def _index_names(settings: QueueSettings) -> tuple[str, ...]:
+    # The stream replaces the change cursor, and with it the updated_at index.
+    names = index_names(settings.mapping)
+    if settings.collect.counting != "logical":
+        return names
+    return tuple(n for n in names if n != index_name(settings.mapping, "updated_at"))
+
+
+def _retune(settings: QueueSettings, mode: DefaultMode) -> None:
     collect = settings.collect
     mode.options = replace(
         mode.options, stuck_threshold=collect.stuck_threshold, done_count=collect.done_count
     )
 
 
-DEFAULT: Profile[TransitionCursor] = Profile(
+DEFAULT: Profile[DefaultMode] = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
     settings_coverage=_coverage,
@@ -97,7 +114,8 @@ DEFAULT: Profile[TransitionCursor] = Profile(
     watched_table=lambda settings: settings.database.table,
     make_labels=_labels,
     make_mode=_mode,
-    index_names=lambda settings: index_names(settings.mapping),
+    index_names=_index_names,
     check_table=_check_table,
     retune=_retune,
+    streams=True,
 )

@@ -24,14 +24,17 @@ from exporter.settings.yamlfile import suggest
 PROG = "jobqueue-exporter"
 RUN, DEMO, RENDER_RULES, INDEXES = "run", "demo", "render-rules", "indexes"
 HEALTHCHECK = "healthcheck"
+LOGICAL_SETUP, LOGICAL_DROP = "logical-setup", "logical-drop"
 # Every command and its line in the top-level --help: the usage line and the list of commands
 # are both made from this one table, so a new command cannot be left out of either.
 SUMMARIES = {
     RUN: "serve /metrics for the queues (the default)",
     DEMO: "the same, on a throwaway database with simulated workers",
-    RENDER_RULES: "print the alert and recording rules (its flags: render-rules --help)",
+    RENDER_RULES: "print alert and recording rules (flags: render-rules --help)",
     INDEXES: "print the CREATE INDEX statements each queue's table needs",
     HEALTHCHECK: "ask the running exporter's /healthz; exit 0 or 1",
+    LOGICAL_SETUP: "print the SQL a DBA runs for collect.counting: logical",
+    LOGICAL_DROP: "drop each logical queue's replication slot",
 }
 COMMANDS = tuple(SUMMARIES)
 # The sections whose flags each command takes; log is everyone's.
@@ -43,6 +46,8 @@ COMMAND_SECTIONS = {
     INDEXES: ("database", "queue", "log"),
     # Every flag run takes, so the health check accepts the server's own command line.
     HEALTHCHECK: ("database", "collect", "queue", "web", "log"),
+    LOGICAL_SETUP: ("database", "collect", "queue", "log"),
+    LOGICAL_DROP: ("database", "collect", "queue", "log"),
 }
 RULE_FORMATS = ("rules", "prometheusrule")
 
@@ -70,7 +75,7 @@ _METAVARS = {
 def usage(command: str) -> str:
     """The usage line: every command for the top level (``run``), the command itself otherwise."""
     if command == RUN:
-        return f"{PROG} [{'|'.join(COMMANDS)}] [FLAGS]"
+        return f"{PROG} [COMMAND] [FLAGS]"
     if command == HEALTHCHECK:
         return f"{PROG} healthcheck [--pid=N | FLAGS]"
     return f"{PROG} {command} [FLAGS]"
@@ -90,6 +95,11 @@ _DESCRIPTION = {
     HEALTHCHECK: "Ask the running exporter's /healthz where the same flags, environment and\n"
     "web config make it listen (HTTPS with TLS; no credentials, /healthz needs none).\n"
     "Exit 0 when it answers 200, 1 otherwise.",
+    LOGICAL_SETUP: "Print, per queue counted with collect.counting: logical, the SQL a DBA\n"
+    "runs (replica identity, publication, role) and the server settings to check\n"
+    "(docs/logical.md).",
+    LOGICAL_DROP: "Drop the replication slot of each queue counted with collect.counting: logical\n"
+    "(the exporter never drops it by itself). Stop the exporters first.",
 }
 _EPILOG = """\
 Every flag is also a key of the --config.file YAML (docs/configuration.md) and
@@ -210,6 +220,7 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
         if group is None:
             group = groups[setting.section] = parser.add_argument_group(setting.section)
         options: dict[str, object] = {"dest": setting.key, "default": argparse.SUPPRESS}
+        listed = setting.spec.listed_in in (None, command)
         if setting.kind is Kind.BOOLEAN:
             options["action"] = argparse.BooleanOptionalAction
         else:
@@ -217,7 +228,8 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
         if setting.kind is Kind.LISTEN_ADDRESS:
             # Repeatable, like the Go exporters' --web.listen-address (IPv4 and IPv6 at once).
             options["action"] = "append"
-        group.add_argument(setting.flag, help=_help(setting), **options)  # type: ignore[arg-type]
+        text = _help(setting) if listed else argparse.SUPPRESS
+        group.add_argument(setting.flag, help=text, **options)  # type: ignore[arg-type]
     return parser
 
 

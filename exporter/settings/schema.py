@@ -36,6 +36,22 @@ DEFAULT_LATENCY_BUCKETS: tuple[float, ...] = (
 )  # fmt: skip
 
 
+COUNTING_MODES = ("polling", "logical")
+MAX_SLOT_NAME = 63  # NAMEDATALEN - 1
+
+
+def slot_name(value: str | None) -> None:
+    """A replication slot's name: lower-case letters, digits and underscores (null: derived)."""
+    if value is None:
+        return
+    if (
+        not value
+        or len(value) > MAX_SLOT_NAME
+        or not all(c.isascii() and (c.islower() or c.isdigit() or c == "_") for c in value)
+    ):
+        raise ValueError(f"must be 1 to {MAX_SLOT_NAME} lower-case letters, digits and underscores")
+
+
 def positive(value: float) -> None:
     """Refuse zero."""
     if value <= 0:
@@ -144,12 +160,12 @@ class CollectSettings:
     )  # fmt: skip
     heartbeat_timeout: float | None = setting(
         Kind.DURATION, None, "Preset queues: a running job whose heartbeat (Oban: rescue_after) "
-        "is older than this counts as stuck; null: the library's default (docs/presets.md).",
+        "is older than this is stuck (null: the library's default).",
         optional=True, check=positive_or_null,
     )  # fmt: skip
     commit_lag_tolerance: float = setting(
-        Kind.DURATION, 30.0, "How long a transaction may stay open and still have its changes "
-        "counted, without pg_read_all_stats (with it: no limit).",
+        Kind.DURATION, 30.0, "Longest open transaction still counted without pg_read_all_stats "
+        "(with it: no limit).",
     )  # fmt: skip
     max_rows_per_query: int = setting(
         Kind.INTEGER, 5000, "Changed rows read per query: a backlog is read in such chunks, "
@@ -157,8 +173,8 @@ class CollectSettings:
         check=at_least_one,
     )  # fmt: skip
     max_held_jobs: int = setting(
-        Kind.INTEGER, 1_000_000, "Finished jobs held while a long transaction holds the "
-        "horizon back (about 360 bytes each) before a warning says so; counting stays exact.",
+        Kind.INTEGER, 1_000_000, "Finished jobs held behind a long transaction (360 B each) "
+        "before a warning.",
         check=at_least_one,
     )  # fmt: skip
     staleness_limit: float | None = setting(
@@ -205,6 +221,22 @@ class CollectSettings:
     cost_total_path: tuple[str, ...] | None = setting(
         Kind.JSON_PATH, ("metrics", "cost", "total_usd"),
         "Path in result of the total cost in USD (null: not read).", optional=True,
+    )  # fmt: skip
+    counting: str = setting(
+        Kind.CHOICE, "polling", "How to count transitions (docs/logical.md).",
+        choices=COUNTING_MODES,
+    )  # fmt: skip
+    logical_slot: str | None = setting(
+        Kind.STRING, None, "Replication slot of counting: logical (null: jobqueue_ and the "
+        "queue name).", optional=True, check=slot_name, listed_in="logical-setup",
+    )  # fmt: skip
+    logical_publication: str | None = setting(
+        Kind.STRING, None, "Publication of the queue's table for counting: logical (null: the "
+        "slot's name).", optional=True, check=slot_name, listed_in="logical-setup",
+    )  # fmt: skip
+    logical_allow_unbounded_wal: bool = setting(
+        Kind.BOOLEAN, False, "Start counting: logical although max_slot_wal_keep_size is -1: a "
+        "stopped exporter then keeps WAL until the disk is full.", listed_in="logical-setup",
     )  # fmt: skip
     duration_buckets: tuple[float, ...] = setting(
         Kind.BUCKETS, DEFAULT_DURATION_BUCKETS,

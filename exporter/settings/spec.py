@@ -32,6 +32,9 @@ class Spec:
     flag: str | None = None  # when the Go exporters spell it otherwise than the key
     env: str | None = None  # likewise for the environment variable
     secret: bool = False  # never echoed, not even its type
+    # The command whose --help lists the flag (None: every command that takes its section);
+    # the others take it unlisted, which keeps the main --help short.
+    listed_in: str | None = None
 
 
 def setting(kind: Kind, default: object, help: str, **options: Any) -> Any:

@@ -36,6 +36,8 @@ class Exposition:
         self._verdict: Hashable = None  # what the body was rendered with
         self._rendered_at = 0.0
         self._pending: asyncio.Task[None] | None = None
+        # The stream positions whose counts the current body carries, by queue.
+        self._positions: Mapping[str, int] = {}
 
     def refresh(self) -> None:
         """Start a new rendering if the state changed (called after every collection too)."""
@@ -59,13 +61,17 @@ class Exposition:
             assert self._pending is not None
             await asyncio.shield(self._pending)
         assert self._body is not None
+        # Served: what it counts may now be confirmed on the queue's slot.
+        self.board.carry(self._positions)
         return self._body
 
     async def _render(self) -> None:
         try:
             verdict = self.board.verdict()
             views, config = self.board.views(), self.board.config
+            positions = {v.queue: v.position for v in views if v.tallies and v.position}
             self._body = await asyncio.to_thread(_render_encoded, views, config)
+            self._positions = positions
             self._verdict = verdict
             self._rendered_at = time.monotonic()
         finally:

@@ -125,3 +125,16 @@ async def test_a_new_generation_with_the_same_verdict_is_served_one_rendering_la
     await pending
     assert await exposition.body() is not first
     assert board.renders == 2
+
+
+async def test_a_served_body_marks_its_stream_positions_carried_and_no_later_one() -> None:
+    board = CountingBoard()
+    board.publish(QueueStatus(view(up=True, fresh_until=10.0, position=500), None, None, None))
+    exposition = Exposition(board)
+    assert board.carried == {}  # rendered is not served
+    await exposition.body()
+    assert board.carried == {"orders": 500}
+    # Counted later but not yet rendered: a scrape of the older body carries only 500.
+    board.publish(QueueStatus(view(up=True, fresh_until=10.0, position=900), None, None, None))
+    board.carry({"orders": 400})  # never backwards
+    assert board.carried == {"orders": 500}

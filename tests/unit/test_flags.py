@@ -58,7 +58,12 @@ def test_help_lists_the_runtime_flags_only_each_with_its_default_and_choices(
     assert len(text.splitlines()) < MAX_HELP_LINES
     assert "--alerts." not in text
     blocks = _flag_blocks(text)
-    runtime = [s for s in SETTINGS.values() if s.section in COMMAND_SECTIONS[RUN]]
+    # A flag listed in another command's help (the logical-setup ones) is taken unlisted.
+    runtime = [
+        s
+        for s in SETTINGS.values()
+        if s.section in COMMAND_SECTIONS[RUN] and s.spec.listed_in in (None, RUN)
+    ]
     assert runtime
     for setting in runtime:
         block = " ".join(blocks[setting.flag].split())
@@ -76,7 +81,8 @@ def test_usage_line_and_command_list_name_every_command(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     lines = _help(RUN, capsys).splitlines()
-    assert lines[0] == f"usage: jobqueue-exporter [{'|'.join(COMMANDS)}] [FLAGS]"
+    # Seven commands do not fit one 80-column usage line: it says COMMAND, the list names them.
+    assert lines[0] == "usage: jobqueue-exporter [COMMAND] [FLAGS]"
     assert len(lines[0]) <= 80
     start = lines.index("commands:") + 1
     listed = [line.split()[0] for line in lines[start : lines.index("", start)]]
