@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dashboards.grafana import DATASOURCE, Json
 from dashboards.rows.health import health_row, types_row
+from dashboards.rows.logical import slot_row
 from dashboards.rows.operations import capacity_row, cost_row, exporter_row
 from dashboards.rows.traffic import failures_row, flow_row, latency_row
 from exporter.vocabulary import RUNBOOK_BASE_URL
@@ -36,6 +37,7 @@ ROWS: tuple[tuple[str, int, Callable[[], list[Json]]], ...] = (
     ("Cost", 8, cost_row),
     ("Exporter", 7, exporter_row),
     ("Capacity, leases and collections", 7, capacity_row),
+    ("Logical counting", 7, slot_row),
 )
 
 

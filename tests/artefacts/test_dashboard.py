@@ -43,6 +43,9 @@ ALERT_NAMES = (
     "JobQueueSlowDrain",
     "JobQueueCollectionErrors",
     "JobQueueMalformedRows",
+    "JobQueueLogicalLagGrowing",
+    "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalGap",
 )
 
 # The rows of issue 5, top to bottom, with the panels each must hold.
@@ -73,6 +76,7 @@ REQUIRED_LAYOUT: dict[str, list[str]] = {
         "Time to drain", "Lease-expired age", "Collection duration", "Collection error ratio",
         "Malformed rows", "Build version",
     ],
+    "Logical counting": ["Replication slot WAL", "Slot gaps (1h)"],
 }  # fmt: skip
 
 # Panels that explain an alert must link to its runbook section.
@@ -94,6 +98,8 @@ REQUIRED_RUNBOOK_LINKS: dict[str, set[str]] = {
     "Lease-expired age": {"JobQueueReaperNotRunning"},
     "Collection error ratio": {"JobQueueCollectionErrors"},
     "Malformed rows": {"JobQueueMalformedRows"},
+    "Replication slot WAL": {"JobQueueLogicalLagGrowing", "JobQueueLogicalWalNearCap"},
+    "Slot gaps (1h)": {"JobQueueLogicalGap"},
 }
 
 ALLOWED_PANEL_TYPES = {"timeseries", "stat", "bargauge", "table", "row", "text"}
