@@ -293,6 +293,23 @@ class HeldJobs:
         return self.jobs > self.cap
 
 
+# pg_replication_slots.wal_status: how safe the WAL the slot still needs is. "lost" means the
+# server removed some of it: the slot is invalidated and the counts have a gap.
+WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
+
+
+@dataclass(frozen=True)
+class SlotHealth:
+    """The logical counting mode's replication slot, as the server reports it each cycle."""
+
+    lag_bytes: int  # server WAL position minus the slot's confirmed position
+    retained_bytes: int  # server WAL position minus the slot's restart position
+    wal_status: str  # one of WAL_STATUSES
+    safe_wal_bytes: int | None  # WAL that may still be written before the slot is lost;
+    # None when max_slot_wal_keep_size is -1 (unbounded: the slot is never lost, the disk fills)
+    gaps: int  # slots found invalidated or lost and replaced by a new baseline, since start
+
+
 @dataclass(frozen=True)
 class QueueView:
     """A consistent copy of one queue's part of /metrics, taken between two collections."""
@@ -310,6 +327,7 @@ class QueueView:
     tracked: int | None  # None: the profile keeps no set of tracked jobs
     held: HeldJobs | None = None  # None: the profile's cursor is never held (no tracker)
     coverage: Coverage = Coverage()
+    slot: SlotHealth | None = None  # None: the queue counts by polling, or this pod is a standby
     collector: bool = True  # False on a standby: it exports up and leader only
     # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never
     # fresh, or a view not published through the board.

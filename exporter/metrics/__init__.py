@@ -7,11 +7,10 @@ from exporter.metrics.collector import QueueCollector, build_registry, render
 from exporter.metrics.definitions import (
     BY_NAME,
     DEFINITIONS,
-    QUEUE,
-    MetricDefinition,
     exposed_metric_names,
     reference_table,
 )
+from exporter.metrics.spec import QUEUE, MetricDefinition
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.metrics.definitions import BY_NAME
+from exporter.metrics.slot import slot_metrics
 from exporter.model import ActiveStats, ConfigStatus, Histogram, QueueView
 from exporter.vocabulary import (
     COLLECTION_ERROR_REASONS,
@@ -264,6 +265,8 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
         exceeded.add_metric([q], 1 if view.held.exceeded else 0)
         yield from (held, exceeded)
     yield from (folded, lag, rows_read)
+    if view.slot is not None:
+        yield from slot_metrics(q, view.slot)
 
 
 def build_registry(

@@ -25,6 +25,7 @@ from exporter.rules.flow import (
     vanished_specs,
 )
 from exporter.rules.health import health_alert_specs
+from exporter.rules.logical import logical_alert_specs
 from exporter.rules.promql import (
     COMPONENT,
     DEAD,
@@ -215,6 +216,7 @@ FAMILIES: tuple[Callable[[AlertSettings], Specs], ...] = (
     malformed_specs,
     vanished_specs,
     health_alert_specs,
+    logical_alert_specs,
 )
 
 

@@ -57,6 +57,9 @@ HEALTH_ALERTS = (
     "JobQueueLabelCapReached",
     "JobQueueUnmappedStatus",
     "JobQueueHeldJobsCapExceeded",
+    "JobQueueLogicalLagGrowing",
+    "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalGap",
 )
 
 HEADER = (

@@ -66,6 +66,9 @@ EXPECTED_ALERTS = {
     "JobQueueJobsVanished",
     "JobQueueUnmappedStatus",
     "JobQueueHeldJobsCapExceeded",
+    "JobQueueLogicalLagGrowing",
+    "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalGap",
 }
 
 

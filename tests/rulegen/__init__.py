@@ -81,6 +81,17 @@ def _humanize(v: float) -> str:
     return f"{v * 1000:.4g}m"
 
 
+def _humanize1024(v: float) -> str:
+    if abs(v) <= 1:
+        return f"{v:.4g}"
+    prefixes = ["", "ki", "Mi", "Gi", "Ti", "Pi", "Ei", "Zi", "Yi"]
+    unit = 0
+    while abs(v) >= 1024 and unit < len(prefixes) - 1:
+        v /= 1024
+        unit += 1
+    return f"{v:.4g}{prefixes[unit]}"
+
+
 def expand(template: str, labels: dict[str, str], value: float) -> str:
     """The few Go-template forms the shipped annotations use, expanded like Prometheus."""
 
@@ -95,6 +106,8 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
             return f"{value:.{int(fmt.group(1))}f}"
         if body == "$value | humanizeDuration":
             return _humanize_duration(value)
+        if body == "$value | humanize1024":
+            return _humanize1024(value)
         if body == "$value | humanizePercentage":
             return _humanize(value * 100) + "%"
         raise ValueError(f"unknown template {body!r}")

@@ -7,6 +7,7 @@ that read the same table. Near misses sit on or just below the threshold.
 from __future__ import annotations
 
 from tests.rulegen import Case, s
+from tests.rulegen.logical import logical_cases
 
 T = {"job": "jobqueue-exporter", "queue": "q1"}
 
@@ -924,6 +925,7 @@ def all_cases() -> list[Case]:
         *deadline_step_cases(),
         *recorded_cost_cases(),
         *two_pod_counter_cases(),
+        *logical_cases(),
     ]
 
 

@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
 from exporter.metrics import BY_NAME, DEFINITIONS, exposed_metric_names, reference_table, render
-from exporter.model import Health, HeldJobs, QueueView
+from exporter.model import Health, HeldJobs, QueueView, SlotHealth
 from exporter.vocabulary import COLLECTION_ERROR_REASONS, FAILURE_REASONS, REQUIRED_INDEXES
 from tests.unit.factories import view
 
@@ -116,6 +116,32 @@ def test_a_profile_without_a_tracker_exports_no_held_jobs() -> None:
     present = names(samples(view(held=None)))
     assert "jobqueue_exporter_held_jobs" not in present
     assert "jobqueue_exporter_held_cap_exceeded" not in present
+
+
+def test_a_logical_queue_exports_its_slot_and_a_polling_one_does_not() -> None:
+    slot = SlotHealth(
+        lag_bytes=4096, retained_bytes=65536, wal_status="extended", safe_wal_bytes=1 << 20, gaps=2
+    )
+    found = samples(view(slot=slot), view("mails"))
+    assert get(found, "jobqueue_exporter_logical_lag_bytes") == 4096
+    assert get(found, "jobqueue_exporter_logical_retained_bytes") == 65536
+    assert get(found, "jobqueue_exporter_logical_safe_wal_bytes") == 1 << 20
+    assert get(found, "jobqueue_exporter_logical_gaps_total") == 2
+    status = {
+        value: get(found, "jobqueue_exporter_logical_slot_wal_status", wal_status=value)
+        for value in ("reserved", "extended", "unreserved", "lost")
+    }
+    assert status == {"reserved": 0, "extended": 1, "unreserved": 0, "lost": 0}
+    assert not {n for n in names(found, "mails") if "logical" in n}
+
+
+def test_an_unbounded_slot_has_no_safe_wal_size() -> None:
+    slot = SlotHealth(
+        lag_bytes=0, retained_bytes=0, wal_status="reserved", safe_wal_bytes=None, gaps=0
+    )
+    present = names(samples(view(slot=slot)))
+    assert "jobqueue_exporter_logical_lag_bytes" in present
+    assert "jobqueue_exporter_logical_safe_wal_bytes" not in present
 
 
 def test_hostile_label_values_are_escaped() -> None:
