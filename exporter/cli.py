@@ -303,6 +303,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     try:
         if command == DEMO:
+            from exporter.logical import refuse_demo
+
+            refuse_demo(settings)
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
             log_start((demo_queue(settings, ""),))
             return run_demo(settings)

@@ -46,6 +46,15 @@ def check_logical(settings: Settings) -> None:
         raise ConfigError("\n".join(problems))
 
 
+def refuse_demo(settings: Settings) -> None:
+    """ConfigError: the demo's throwaway cluster runs wal_level=replica, with no slot to read."""
+    if any(q.collect.counting == "logical" for q in settings.queues):
+        raise ConfigError(
+            "collect.counting: the demo counts by polling only (its cluster runs "
+            "wal_level=replica); tests/db/test_logical.py shows the logical mode on a cluster"
+        )
+
+
 def logical_command(command: str, settings: Settings) -> int:
     """Run logical-setup or logical-drop; the exit code."""
     if command == LOGICAL_SETUP:

@@ -44,6 +44,10 @@ EXTRA_HINT = "collect.counting: logical needs psycopg2: pip install 'jobqueue-ex
 # wal_sender_timeout (60 s by default) ends a replication connection that stays silent.
 FEEDBACK_EVERY = 5.0
 WAIT = 0.5  # seconds the thread sleeps on the socket before it looks at its stop flag again
+# Transactions handed over but not drained yet, past which the thread stops reading until the
+# event loop catches up: the server keeps the rest (the slot's WAL, bounded by
+# max_slot_wal_keep_size) instead of this process's memory.
+MAX_BUFFERED = 50_000
 # The walsender formats values with the session's settings: ISO times in UTC, exact floats.
 SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3"
 
@@ -182,6 +186,12 @@ class ChangeStream:
         reader = TransactionReader(self.options.table)
         sent_at = 0.0
         while not self._stop.is_set():
+            if self._queue.qsize() >= MAX_BUFFERED:
+                if time.monotonic() - sent_at >= FEEDBACK_EVERY:
+                    self._feedback(cur, reader, idle=False)
+                    sent_at = time.monotonic()
+                self._stop.wait(WAIT)
+                continue
             message = cur.read_message()
             if message is not None:
                 done = reader.take(decode(message.payload))

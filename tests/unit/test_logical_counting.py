@@ -259,3 +259,85 @@ def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
     old = {k: None for k in row(2)}
     c.apply(tx(RowChange(UPDATE, old=old, new=row(3, 1, result="{}"))))
     assert not any(c.tallies.counters().values())
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_the_demo_refuses_logical_counting_before_starting_a_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from exporter.cli import main
+
+    assert main(["demo", "--collect.counting", "logical"], {}) == 2
+    assert "collect.counting: the demo counts by polling only" in capsys.readouterr().err
+
+
+# --- the stream thread's loop, on a scripted cursor -------------------------------------------
+
+
+class ScriptedCursor:
+    """Plays captured pgoutput messages, then reports the server at ``wal_end``; records the
+    feedback. Its fileno is a pipe that never becomes readable."""
+
+    def __init__(self, payloads: list[bytes], wal_end: int) -> None:
+        import os
+
+        self._payloads = list(payloads)
+        self._read_fd, self._write_fd = os.pipe()
+        self.wal_end = 0
+        self._server_end = wal_end
+        self.flushed: list[int] = []
+
+    def fileno(self) -> int:
+        return self._read_fd
+
+    def close(self) -> None:
+        import os
+
+        os.close(self._read_fd)
+        os.close(self._write_fd)
+
+    def read_message(self) -> object:
+        from types import SimpleNamespace
+
+        if self._payloads:
+            return SimpleNamespace(payload=self._payloads.pop(0))
+        self.wal_end = self._server_end
+        return None
+
+    def send_feedback(self, *, write_lsn: int, flush_lsn: int, force: bool) -> None:
+        self.flushed.append(flush_lsn)
+
+
+def _run_stream(cursor: ScriptedCursor, confirm: int | None) -> tuple[list[Transaction], int]:
+    import threading
+    import time
+
+    from exporter.db.stream import ChangeStream, StreamOptions
+
+    stream = ChangeStream(StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job"))
+    thread = threading.Thread(target=stream._read, args=(cursor,))
+    thread.start()
+    deadline = time.monotonic() + 5
+    while stream.server_lsn == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    delivered = stream.drain()
+    if confirm is not None:
+        stream.confirm(confirm)
+        time.sleep(0.7)  # one wait on the socket: the thread sends what it may
+    stream._stop.set()
+    thread.join(5)
+    cursor.close()
+    return delivered, stream.confirmed_lsn
+
+
+def test_the_thread_confirms_nothing_counted_until_allowed_then_follows_the_server() -> None:
+    messages = [base64.b64decode(m) for m in json.loads(FIXTURE.read_text())["messages"]]
+    server = 2**40
+    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=None)
+    assert delivered
+    assert confirmed == 0  # handed over, never allowed: a successor gets them again
+    last = delivered[-1].end_lsn
+    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=last - 1)
+    assert confirmed == last - 1  # allowed part of it: no further, not the server's position
+    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=last)
+    assert confirmed == server  # all carried, the table quiet: other tables' WAL is let go
