@@ -22,7 +22,7 @@ from exporter.board import Board
 from exporter.counting.cycle import Collected, CountingError, CountingMode
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
-from exporter.model import Health, HeldJobs, QueueStatus, QueueView, Snapshot, Tallies
+from exporter.model import Health, HeldJobs, QueueStatus, QueueView, SlotHealth, Snapshot, Tallies
 from exporter.profiles import Profile, profile_of
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
@@ -81,6 +81,7 @@ class Poller:
         self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
         # Hands a streaming mode the changes committed since, before its cycle (db/follow.py).
         self.feed: Callable[[CountingMode], Awaitable[None]] | None = None
+        self.slot: Callable[[], SlotHealth | None] | None = None  # the stream's slot, as read
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -161,6 +162,7 @@ class Poller:
             coverage=self.profile.coverage_for(self.settings),
             fresh_until=self._fresh_until(),
             position=getattr(self.mode, "position", None),
+            slot=self.slot() if self.slot is not None else None,
         )
 
     def _held(self) -> HeldJobs | None:

@@ -88,9 +88,11 @@ class QueueRuntime:
         if is_logical(settings):
             self.follower = Follower(
                 stream_options(settings), settings.collect.interval,
-                lambda: self.board.carried.get(settings.name),
+                lambda: self.board.carried.get(settings.name), database=self.database,
             )  # fmt: skip
             self.poller.feed = self._feed
+            follower = self.follower
+            self.poller.slot = lambda: follower.health
 
     def _database(self, settings: QueueSettings) -> Database:
         # Alone, the pool has what database.max_connections leaves beside the lock session;
@@ -102,7 +104,13 @@ class QueueRuntime:
     async def _feed(self, mode: CountingMode) -> None:
         assert self.follower is not None
         assert isinstance(mode, LogicalMode)
-        await self.follower.feed(mode)
+        await self.follower.feed(mode, self._rebaseline)
+
+    def _rebaseline(self) -> LogicalMode:
+        # A gap: the new slot's changes go to a new mode; the counters keep their values.
+        self.poller.rebaseline()
+        assert isinstance(self.poller.mode, LogicalMode)
+        return self.poller.mode
 
     def _standing(self) -> tuple[bool, bool, bool, str | None]:
         election = self.election
@@ -187,6 +195,8 @@ class QueueRuntime:
         if change is Change.RECONNECT:
             previous, self.database = self.database, self._database(settings)
             self.poller.database = self.database
+            if self.follower is not None:
+                self.follower.database = self.database
             await self.connections.release(previous)
         if self.election is not None:
             # The held lock's session stays; when it reconnects it uses the new settings.
