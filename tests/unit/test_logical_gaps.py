@@ -3,6 +3,8 @@ scripted replication cursor, and the follower's new baseline on a scripted strea
 
 from __future__ import annotations
 
+from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -154,3 +156,79 @@ async def test_after_a_gap_the_new_slots_changes_go_to_a_new_baseline() -> None:
     carried[0] = 350  # lower than the floor: still of the old slot as far as anyone can tell
     await follower.feed(new, lambda: Mode())
     assert stream.confirmed[-1] == (0, 1)
+
+
+class Refusal(Exception):
+    """Stands for psycopg2.errors.ObjectNotInPrerequisiteState."""
+
+
+class RefusingCursor(SlotCursor):
+    """A slot that looks usable but was invalidated: START_REPLICATION refuses it once."""
+
+    def __init__(self) -> None:
+        super().__init__("unreserved")
+        self.starts = 0
+
+    def start_replication(self, **kwargs: Any) -> None:
+        self.starts += 1
+        self.calls.append("start")
+        if self.starts == 1:
+            raise Refusal(
+                'can no longer get changes from replication slot "s"\n'
+                "DETAIL:  This slot has been invalidated because it exceeded the maximum "
+                "reserved size."
+            )
+
+
+def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cursor = RefusingCursor()
+
+    class Connection:
+        def cursor(self) -> RefusingCursor:
+            return cursor
+
+        def close(self) -> None:
+            pass
+
+    class Psycopg2(FakePsycopg2):
+        class errors(FakePsycopg2.errors):
+            ObjectNotInPrerequisiteState = Refusal
+
+        Error = Exception
+
+        @staticmethod
+        def connect(*args: Any, **kwargs: Any) -> Connection:
+            return Connection()
+
+    extras = SimpleNamespace(LogicalReplicationConnection=None)
+    monkeypatch.setattr("exporter.db.stream.psycopg2_modules", lambda: (Psycopg2, extras))
+    stream = ChangeStream(OPTIONS)
+    monkeypatch.setattr(stream, "_read", lambda cur: None)
+    stream._run()
+    assert cursor.calls == ["select", "start", "drop", "create", "start"]
+    assert stream.gaps == 1
+    assert stream._error is None
+    [gap] = stream.drain()
+    assert isinstance(gap, Gap)
+    assert gap.found.startswith("START_REPLICATION refused: can no longer get changes")
+
+
+def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
+    from exporter.model import SlotHealth
+    from exporter.runtime import QueueRuntime
+    from tests.helpers import fast_queue
+
+    queue = fast_queue("postgresql://x@db.invalid/q")
+    collect = replace(queue.collect, counting="logical", leader_election=False)
+    runtime = QueueRuntime(replace(queue, collect=collect))
+    assert runtime.follower is not None
+    assert runtime.poller.view().slot is None  # before the slot's first read
+    health = SlotHealth(
+        lag_bytes=10, retained_bytes=20, wal_status="reserved", safe_wal_bytes=30, gaps=1
+    )
+    runtime.follower.health = health
+    assert runtime.poller.view().slot == health
+    runtime.poller.standing = lambda: (False, False, True, None)  # a standby
+    assert runtime.poller.view().slot is None
