@@ -82,10 +82,11 @@ class Follower:
         stream = self.stream
         if not stream.running:
             stream.start()
-        try:
-            items = stream.drain()
-        finally:
-            await self._read_health()  # also while the stream fails: its lag says why
+        # Before the drain, so that a failed read never drops what the drain took (it is not
+        # confirmed, but a running stream would not send it again); also while the stream
+        # fails, whose lag says why.
+        await self._read_health()
+        items = stream.drain()
         fresh: list[Transaction] = []
         for item in items:
             if isinstance(item, Gap):

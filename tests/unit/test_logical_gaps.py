@@ -232,3 +232,35 @@ def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
     assert runtime.poller.view().slot == health
     runtime.poller.standing = lambda: (False, False, True, None)  # a standby
     assert runtime.poller.view().slot is None
+
+
+async def test_a_failed_health_read_leaves_the_changes_for_the_next_feed() -> None:
+    from contextlib import asynccontextmanager
+
+    from exporter.db.pool import DatabaseError
+
+    class Down:
+        up = False
+
+        @asynccontextmanager
+        async def session(self) -> Any:
+            if not self.up:
+                raise DatabaseError("connection", "connection refused")
+            yield SimpleNamespace(fetchrow=self.fetchrow)
+
+        async def fetchrow(self, sql: str, slot: str) -> dict[str, Any]:
+            return {"lag_bytes": 5, "retained_bytes": 7, "wal_status": "reserved",
+                    "safe_wal_size": None}  # fmt: skip
+
+    database = Down()
+    follower = Follower(OPTIONS, 1.0, lambda: None, database=database)  # type: ignore[arg-type]
+    follower.stream = ScriptedStream(tx(100), tx(200))  # type: ignore[assignment]
+    mode = Mode()
+    with pytest.raises(DatabaseError):
+        await follower.feed(mode, Mode)
+    assert follower.health is None
+    database.up = True
+    await follower.feed(mode, Mode)
+    assert mode.taken == [100, 200]
+    assert follower.health is not None
+    assert (follower.health.lag_bytes, follower.health.safe_wal_bytes) == (5, None)
