@@ -24,6 +24,7 @@ from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from exporter.web.exposition import Exposition
 from tests.conftest import execute, fetchval
+from tests.db.test_exposition import promtool_check_metrics
 from tests.db.test_logical import (
     PUBLICATION,
     RESULT,
@@ -162,7 +163,10 @@ async def test_the_slot_gauges_are_the_servers_figures(capped_dsn: str) -> None:
         await streamed(runtime)
         await work(capped_dsn, None, 3)
         await runtime.poller.collect_once()
-        found = await scrape(runtime)
+        body = (await Exposition(runtime.board).body())["identity"]
+        checked = promtool_check_metrics(body)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        found = parse(body.decode())
         status = await slot_status(capped_dsn, slot)
         retained = await fetchval(
             capped_dsn,
