@@ -53,8 +53,9 @@ MAX_BUFFERED = 50_000
 # The walsender formats values with the session's settings: ISO times in UTC, exact floats.
 SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3"
 LOST = "lost"  # pg_replication_slots.wal_status of an invalidated slot
-# What START_REPLICATION says of an invalidated slot (PostgreSQL 13 to 17: SQLSTATE 55000,
-# "can no longer get changes from replication slot", "This slot has been invalidated ...").
+# What START_REPLICATION says of an invalidated slot, SQLSTATE 55000: PostgreSQL 15 "cannot
+# read from logical replication slot" with DETAIL "This slot has been invalidated because ..."
+# (measured; the connection stays usable), 13 and 14 "can no longer get changes ...".
 INVALIDATED = ("can no longer get changes", "has been invalidated")
 
 

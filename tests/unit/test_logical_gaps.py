@@ -174,7 +174,7 @@ class RefusingCursor(SlotCursor):
         self.calls.append("start")
         if self.starts == 1:
             raise Refusal(
-                'can no longer get changes from replication slot "s"\n'
+                'cannot read from logical replication slot "s"\n'
                 "DETAIL:  This slot has been invalidated because it exceeded the maximum "
                 "reserved size."
             )
@@ -212,7 +212,7 @@ def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
     assert stream._error is None
     [gap] = stream.drain()
     assert isinstance(gap, Gap)
-    assert gap.found.startswith("START_REPLICATION refused: can no longer get changes")
+    assert gap.found == 'START_REPLICATION refused: cannot read from logical replication slot "s"'
 
 
 def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
