@@ -22,7 +22,7 @@ from typing import Any
 from exporter.board import Board
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
-from exporter.model import Health, HeldJobs, QueueStatus, QueueView, Snapshot, Tallies
+from exporter.model import Health, HeldJobs, QueueStatus, QueueView, SlotHealth, Snapshot, Tallies
 from exporter.model.exchange import Collected, CountingError, CountingMode
 from exporter.profiles import profile_of
 from exporter.settings import QueueSettings
@@ -80,9 +80,9 @@ class Poller:
         # (collector, holds the lock, reachable, why not) of the queue's election; None: no
         # election, this exporter always collects.
         self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
-        # Hands a streaming mode the changes committed since, before its cycle (db/follow.py).
-        # Any: the follower feeds the logical mode, the one mode a queue with a feed has.
+        # Feed the logical mode (Any: db/follow.py) what committed since; read its slot's health.
         self.feed: Callable[[Any], Awaitable[None]] | None = None
+        self.slot: Callable[[], SlotHealth | None] | None = None
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
@@ -106,9 +106,8 @@ class Poller:
         """Count from a new baseline at the next collection; what was counted stays counted.
 
         After a gap in which another exporter collected (or nobody did), the rows this one
-        remembers are out of date: comparing with them would count the gap's transitions,
-        which are not ours to count. Counters keep their values, so a series that comes back
-        after a leadership gap never goes down.
+        remembers are out of date: comparing with them would count the gap's transitions, not
+        ours to count. Counters keep their values: a series never goes down after a gap.
         """
         self.mode = self.profile.make_mode(self.settings, self.labels, self.tallies)
         self._counting = self._behind = False
@@ -163,6 +162,7 @@ class Poller:
             coverage=self.profile.coverage_for(self.settings),
             fresh_until=self._fresh_until(),
             position=getattr(self.mode, "position", None),
+            slot=self.slot() if self.slot is not None else None,
         )
 
     def _held(self) -> HeldJobs | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
+from typing import Any
 
 from exporter.board import Board
 from exporter.db import Connections, ConnectOptions, Database
@@ -86,9 +87,11 @@ class QueueRuntime:
         if is_logical(settings):
             self.follower = Follower(
                 stream_options(settings), settings.collect.interval,
-                lambda: self.board.carried.get(settings.name),
+                lambda: self.board.carried.get(settings.name), database=self.database,
             )  # fmt: skip
-            self.poller.feed = self.follower.feed
+            self.poller.feed = self._feed
+            follower = self.follower
+            self.poller.slot = lambda: follower.health
 
     def _database(self, settings: QueueSettings) -> Database:
         # Alone, the pool has what database.max_connections leaves beside the lock session;
@@ -96,6 +99,17 @@ class QueueRuntime:
         return self.connections.database(
             _pool_options(settings), shared_size=settings.database.max_connections
         )
+
+    async def _feed(self, mode: Any) -> None:
+        # Any: a queue with a follower counts with the default profile's logical mode, whose
+        # take() and position the follower uses (db/follow.py, Counting).
+        assert self.follower is not None
+        await self.follower.feed(mode, self._rebaseline)
+
+    def _rebaseline(self) -> Any:
+        # A gap: the new slot's changes go to a new mode; the counters keep their values.
+        self.poller.rebaseline()
+        return self.poller.mode
 
     def _standing(self) -> tuple[bool, bool, bool, str | None]:
         election = self.election
@@ -180,6 +194,8 @@ class QueueRuntime:
         if change is Change.RECONNECT:
             previous, self.database = self.database, self._database(settings)
             self.poller.database = self.database
+            if self.follower is not None:
+                self.follower.database = self.database
             await self.connections.release(previous)
         if self.election is not None:
             # The held lock's session stays; when it reconnects it uses the new settings.

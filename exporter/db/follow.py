@@ -3,8 +3,10 @@
 Before each cycle the poller awaits :meth:`Follower.feed`: it starts the stream when it does not
 run (the first cycle of a leader, or after an error), hands the counting mode every transaction
 committed since, and tells the stream how far it may confirm the slot (the last position a
-/metrics response carried, or one counted a few intervals ago). Only the elected collector
-runs cycles, so only it streams; :meth:`Follower.stop` ends the thread when it steps down.
+/metrics response carried, or one counted a few intervals ago). It also reads the slot's health
+from pg_replication_slots, and where the stream replaced a lost slot (a gap) it has the mode
+start over from a new baseline. Only the elected collector runs cycles, so only it streams;
+:meth:`Follower.stop` ends the thread when it steps down.
 """
 
 from __future__ import annotations
@@ -15,12 +17,23 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from exporter.db.stream import ChangeStream, StreamOptions
+from exporter.db.pool import Database, translate
+from exporter.db.stream import ChangeStream, Gap, StreamOptions
+from exporter.model import SlotHealth
 from exporter.model.changes import Transaction
 
 # While nothing scrapes, counts this many intervals old are confirmed anyway, so a missing
 # Prometheus cannot pin WAL; a scrape confirms them at once.
 CONFIRM_AFTER_INTERVALS = 3
+# One autocommit catalog read per cycle, on the leader only (never on the scrape path).
+SLOT_HEALTH = """
+SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint AS lag_bytes,
+       (pg_current_wal_lsn() - restart_lsn)::bigint AS retained_bytes,
+       wal_status,
+       safe_wal_size
+  FROM pg_replication_slots
+ WHERE slot_name = $1
+"""
 
 
 class Counting(Protocol):
@@ -45,35 +58,89 @@ class Follower:
         interval: float,
         carried: Callable[[], int | None],
         monotonic: Callable[[], float] = time.monotonic,
+        database: Database | None = None,
     ) -> None:
         self.stream = ChangeStream(options)
         self.confirmation = Confirmation(CONFIRM_AFTER_INTERVALS * interval)
         self._carried = carried
         self._monotonic = monotonic
+        self.database = database  # the pool the slot's health is read with
         # The end of the last commit handed to a mode: after a reconnect the server sends
         # again what was not confirmed, and a mode rebuilt meanwhile must not count it twice.
         self.position = 0
+        self.gaps = 0  # gaps taken (a new baseline each); the stream may have counted more
+        # Carried positions up to here are of a lost slot: never confirmed on its successor.
+        self._carried_floor = 0
+        # The slot as the server reported it at the last feed; None before the slot exists,
+        # or when the database did not answer.
+        self.health: SlotHealth | None = None
 
-    async def feed(self, mode: Counting) -> None:
-        """Hand ``mode`` what committed since the last feed; DatabaseError when the stream
-        failed (it starts again at the next feed)."""
+    async def feed(self, mode: Counting, rebaseline: Callable[[], Counting]) -> None:
+        """Hand ``mode`` what committed since the last feed (after a gap, to the mode that
+        ``rebaseline`` returns); DatabaseError when the stream failed (it starts again at the
+        next feed)."""
         stream = self.stream
         if not stream.running:
             stream.start()
-        fresh = [t for t in stream.drain() if t.end_lsn > self.position]
+        # Before the drain, so that a failed read never drops what the drain took (it is not
+        # confirmed, but a running stream would not send it again); also while the stream
+        # fails, whose lag says why.
+        await self._read_health()
+        items = stream.drain()
+        fresh: list[Transaction] = []
+        for item in items:
+            if isinstance(item, Gap):
+                if fresh:
+                    mode.take(fresh)
+                fresh, mode = [], rebaseline()
+                self._new_baseline()
+            elif item.end_lsn > self.position:
+                fresh.append(item)
+                self.position = item.end_lsn
         if fresh:
             mode.take(fresh)
-            self.position = fresh[-1].end_lsn
         now = self._monotonic()
         self.confirmation.counted(self.position, now)
         carried = self._carried()
-        if carried is not None:
+        if carried is not None and carried > self._carried_floor:
             self.confirmation.carried(min(carried, self.position))
-        stream.confirm(self.confirmation.position(now))
+        stream.confirm(self.confirmation.position(now), self.gaps)
+
+    def _new_baseline(self) -> None:
+        # The new slot's positions start anew (on a promoted standby they may even be lower
+        # than the old slot's): nothing of the old one may filter or confirm them.
+        self.gaps += 1
+        self._carried_floor = max(self._carried_floor, self.position)
+        self.position = 0
+        self.confirmation = Confirmation(self.confirmation.max_age)
+
+    async def _read_health(self) -> None:
+        if self.database is None:
+            return
+        try:
+            async with self.database.session() as conn:
+                row = await conn.fetchrow(SLOT_HEALTH, self.stream.options.slot)
+        except Exception as exc:
+            self.health = None
+            raise translate(exc) from None
+        if row is None:
+            self.health = None
+            return
+        safe = row["safe_wal_size"]
+        self.health = SlotHealth(
+            lag_bytes=max(0, row["lag_bytes"] or 0),
+            retained_bytes=max(0, row["retained_bytes"] or 0),  # NULL once lost
+            wal_status=row["wal_status"] or "",
+            safe_wal_bytes=None if safe is None else max(0, int(safe)),
+            gaps=self.stream.gaps,
+        )
 
     async def stop(self) -> None:
         """End the stream's thread (a standby must leave the slot to the new leader)."""
         await asyncio.to_thread(self.stream.stop)
+        if self.stream.gaps > self.gaps:  # its Gap went with the undrained queue
+            self._new_baseline()
+            self.gaps = self.stream.gaps
 
 
 class Confirmation:

@@ -7,7 +7,9 @@ WAL record once and keeps its reorder buffer between messages; the SQL functions
 every call, which behind a long transaction grows without bound (docs/logical.md). The thread
 hands each committed transaction of the table to the event loop whole, in commit order, and
 confirms the slot only as far as the event loop says (:meth:`ChangeStream.confirm`): the end of
-the last commit whose counts a /metrics response carried.
+the last commit whose counts a /metrics response carried. A slot found invalidated, or gone
+after this process read from it, is a gap (:class:`Gap`): the thread replaces it with a new one
+and says so in the queue, where the counting mode takes a new baseline (docs/logical.md, "Gaps").
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ WAIT = 0.5  # seconds the thread sleeps on the socket before it looks at its sto
 MAX_BUFFERED = 50_000
 # The walsender formats values with the session's settings: ISO times in UTC, exact floats.
 SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3"
+LOST = "lost"  # pg_replication_slots.wal_status of an invalidated slot
+# What START_REPLICATION says of an invalidated slot, SQLSTATE 55000: PostgreSQL 15 "cannot
+# read from logical replication slot" with DETAIL "This slot has been invalidated because ..."
+# (measured; the connection stays usable), 13 and 14 "can no longer get changes ...".
+INVALIDATED = ("can no longer get changes", "has been invalidated")
 
 
 def psycopg2_modules() -> tuple[Any, Any]:
@@ -60,6 +67,14 @@ def psycopg2_modules() -> tuple[Any, Any]:
     except ImportError:
         raise DatabaseError("schema", EXTRA_HINT) from None
     return psycopg2, psycopg2.extras
+
+
+@dataclass(frozen=True)
+class Gap:
+    """Handed over in place of a transaction: the slot was lost here, a new one follows."""
+
+    slot: str
+    found: str  # what was found, for the log line
 
 
 @dataclass(frozen=True)
@@ -78,7 +93,7 @@ class ChangeStream:
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
-        self._queue: queue.SimpleQueue[Transaction] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Transaction | Gap] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: DatabaseError | None = None
@@ -89,6 +104,9 @@ class ChangeStream:
         self.confirmed_lsn = 0  # the position last sent as flushed
         self.created_slot = False  # True when this stream created its slot
         self._delivered_end = 0  # end of the last transaction handed to the queue
+        self.gaps = 0  # slots found lost and replaced, in this process
+        self._known = False  # the slot existed while this process read it: gone now is a gap
+        self._lock = threading.Lock()  # a gap's reset against the event loop's confirm
 
     @property
     def running(self) -> bool:
@@ -114,10 +132,11 @@ class ChangeStream:
         self._thread = None
         self._queue = queue.SimpleQueue()
 
-    def drain(self) -> list[Transaction]:
-        """Every transaction received since the last drain, in commit order; DatabaseError
-        once the thread has stopped on an error (after the transactions it delivered)."""
-        out: list[Transaction] = []
+    def drain(self) -> list[Transaction | Gap]:
+        """Every transaction received since the last drain, in commit order, and a Gap where the
+        slot was replaced; DatabaseError once the thread has stopped on an error (after the
+        transactions it delivered)."""
+        out: list[Transaction | Gap] = []
         while True:
             try:
                 out.append(self._queue.get_nowait())
@@ -127,9 +146,12 @@ class ChangeStream:
             raise self._error
         return out
 
-    def confirm(self, lsn: int) -> None:
-        """Let the slot be confirmed up to ``lsn`` (the end of a counted, scraped commit)."""
-        self._confirm = max(self._confirm, lsn)
+    def confirm(self, lsn: int, gaps: int = 0) -> None:
+        """Let the slot be confirmed up to ``lsn`` (the end of a counted, scraped commit);
+        ignored unless the caller has taken all ``gaps`` (its position is of a lost slot)."""
+        with self._lock:
+            if gaps == self.gaps:
+                self._confirm = max(self._confirm, lsn)
 
     # --- the thread ---------------------------------------------------------------------
 
@@ -148,11 +170,16 @@ class ChangeStream:
         try:
             cur = conn.cursor()
             self._ensure_slot(psycopg2, cur)
-            cur.start_replication(
-                slot_name=self.options.slot,
-                decode=False,
-                options={"proto_version": "1", "publication_names": self.options.publication},
-            )
+            try:
+                self._start_replication(cur)
+            except psycopg2.errors.ObjectNotInPrerequisiteState as exc:
+                # Invalidated between the check and the start (or by a server that reports it
+                # only here): the same gap as a slot found lost.
+                if not any(text in str(exc) for text in INVALIDATED):
+                    raise
+                self._replace(cur, f"START_REPLICATION refused: {_first_line(exc)}", drop=True)
+                self._create(psycopg2, cur)
+                self._start_replication(cur)
             self._read(cur)
         except psycopg2.Error as exc:
             self._error = DatabaseError("query", _first_line(exc))
@@ -163,12 +190,32 @@ class ChangeStream:
             with contextlib.suppress(Exception):
                 conn.close()
 
+    def _start_replication(self, cur: Any) -> None:
+        cur.start_replication(
+            slot_name=self.options.slot,
+            decode=False,
+            options={"proto_version": "1", "publication_names": self.options.publication},
+        )
+
     def _ensure_slot(self, psycopg2: Any, cur: Any) -> None:
-        # Created when missing, never dropped here: a slot keeps the position of what was
-        # counted and scraped, which a restarted or standby exporter resumes from.
-        cur.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (self.options.slot,))
-        if cur.fetchone() is not None:
+        # Created when missing, never dropped here unless the server invalidated it: a slot
+        # keeps the position of what was counted and scraped, which a restarted or standby
+        # exporter resumes from. A missing slot is a gap only when this process saw it before:
+        # at the first start nothing tells a slot never made from one lost with a failover.
+        slot = self.options.slot
+        cur.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,))
+        row = cur.fetchone()
+        if row is not None and row[0] != LOST:
+            self._known = True
             return
+        if row is not None:
+            self._replace(cur, "wal_status lost (invalidated: the server removed WAL it needs)",
+                          drop=True)  # fmt: skip
+        elif self._known:
+            self._replace(cur, "the slot is gone (dropped, or lost with a failover)", drop=False)
+        self._create(psycopg2, cur)
+
+    def _create(self, psycopg2: Any, cur: Any) -> None:
         # Creation waits until every transaction open now has ended, a prepared one included
         # (counting starts after them: they are history, as before polling's baseline).
         log.info(
@@ -178,9 +225,29 @@ class ChangeStream:
         try:
             cur.create_replication_slot(self.options.slot, output_plugin="pgoutput")
         except psycopg2.errors.DuplicateObject:
+            self._known = True
             return  # another exporter created it meanwhile
-        self.created_slot = True
+        self.created_slot = self._known = True
         log.info("replication slot created", extra={"fields": {"slot": self.options.slot}})
+
+    def _replace(self, cur: Any, found: str, *, drop: bool) -> None:
+        """Count a gap: drop the lost slot (it can never be read again), reset every position
+        (they are the old slot's), and tell the event loop, which takes a new baseline."""
+        slot = self.options.slot
+        if drop:
+            cur.drop_replication_slot(slot)
+        log.warning(
+            "replication slot lost: counting goes on from a new slot; the transitions in "
+            "between are in no counter (a gap is counted)",
+            extra={"fields": {"slot": slot, "found": found}},
+        )
+        with self._lock:
+            self.gaps += 1
+            self._confirm = self.confirmed_lsn = self.server_lsn = self._delivered_end = 0
+        # Counted once: should creating the new slot fail, the next try finds none and only
+        # creates it.
+        self._known = False
+        self._queue.put(Gap(slot, found))
 
     def _read(self, cur: Any) -> None:
         reader = TransactionReader(self.options.table)

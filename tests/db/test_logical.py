@@ -102,12 +102,22 @@ async def streaming(queue: QueueSettings) -> AsyncIterator[QueueRuntime]:
     finally:
         await runtime.stop()
         await runtime.database.close()
-        await execute(
-            dsn,
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = $1",
-            slot,
-        )
+        await drop_when_released(dsn, slot)
+
+
+async def drop_when_released(dsn: str, slot: str | None) -> None:
+    """Drop the slot once its walsender has exited: it outlives the client's close briefly."""
+    deadline = time.monotonic() + 10
+    while await fetchval(
+        dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot
+    ):
+        assert time.monotonic() < deadline, f"slot {slot} still in use"
+        await asyncio.sleep(0.05)
+    await execute(
+        dsn,
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
+        slot,
+    )
 
 
 async def counted(runtime: QueueRuntime, done: Callable[[], bool], limit: float = 30.0) -> None:

@@ -1,0 +1,266 @@
+"""How a lost slot becomes one gap, without a database: the stream thread's decision on a
+scripted replication cursor, and the follower's new baseline on a scripted stream."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from exporter.db.follow import Follower
+from exporter.db.stream import ChangeStream, Gap, StreamOptions
+from exporter.model.changes import Transaction
+
+OPTIONS = StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job")
+
+
+class DuplicateObject(Exception):
+    """Stands for psycopg2.errors.DuplicateObject."""
+
+
+class FakePsycopg2:
+    class errors:
+        DuplicateObject = DuplicateObject
+
+
+class SlotCursor:
+    """A replication cursor over one slot whose wal_status is scripted (None: no slot)."""
+
+    def __init__(self, wal_status: str | None, *, create_fails: bool = False) -> None:
+        self.wal_status = wal_status
+        self.create_fails = create_fails
+        self.calls: list[str] = []
+
+    def execute(self, sql: str, args: tuple[Any, ...]) -> None:
+        self.calls.append("select")
+
+    def fetchone(self) -> tuple[str] | None:
+        return None if self.wal_status is None else (self.wal_status,)
+
+    def drop_replication_slot(self, slot: str) -> None:
+        self.calls.append("drop")
+        self.wal_status = None
+
+    def create_replication_slot(self, slot: str, output_plugin: str) -> None:
+        self.calls.append("create")
+        if self.create_fails:
+            raise ConnectionError("server closed the connection")
+        self.wal_status = "reserved"
+
+
+def ensure(stream: ChangeStream, cursor: SlotCursor) -> None:
+    stream._ensure_slot(FakePsycopg2, cursor)
+
+
+def test_a_slot_missing_at_the_first_start_is_created_and_no_gap() -> None:
+    stream, cursor = ChangeStream(OPTIONS), SlotCursor(None)
+    ensure(stream, cursor)
+    assert cursor.calls == ["select", "create"]
+    assert stream.gaps == 0
+    assert stream.drain() == []
+
+
+@pytest.mark.parametrize("status", ["reserved", "extended", "unreserved"])
+def test_a_usable_slot_is_read_as_it_is(status: str) -> None:
+    stream, cursor = ChangeStream(OPTIONS), SlotCursor(status)
+    ensure(stream, cursor)
+    assert cursor.calls == ["select"]
+    assert stream.gaps == 0
+
+
+def test_a_lost_slot_found_at_start_is_dropped_replaced_and_one_gap() -> None:
+    stream, cursor = ChangeStream(OPTIONS), SlotCursor("lost")
+    stream.confirm(900)
+    ensure(stream, cursor)
+    assert cursor.calls == ["select", "drop", "create"]
+    assert stream.gaps == 1
+    [gap] = stream.drain()
+    assert isinstance(gap, Gap)
+    assert "lost" in gap.found
+    assert stream._confirm == 0  # nothing of the old slot is confirmed on the new one
+    stream.confirm(1000)  # a position of the old slot, from before the gap was taken
+    assert stream._confirm == 0
+    stream.confirm(1000, gaps=1)
+    assert stream._confirm == 1000
+
+
+def test_a_slot_gone_after_this_process_read_it_is_a_gap_without_a_drop() -> None:
+    stream, cursor = ChangeStream(OPTIONS), SlotCursor("reserved")
+    ensure(stream, cursor)
+    cursor.wal_status = None  # dropped by hand, or a failover to a server without it
+    ensure(stream, cursor)
+    assert cursor.calls == ["select", "select", "create"]
+    assert stream.gaps == 1
+
+
+def test_a_gap_whose_new_slot_fails_to_be_created_is_counted_once() -> None:
+    stream, cursor = ChangeStream(OPTIONS), SlotCursor("lost", create_fails=True)
+    with pytest.raises(ConnectionError):
+        ensure(stream, cursor)
+    cursor.create_fails = False
+    ensure(stream, cursor)  # the next run finds no slot: it only creates one
+    assert cursor.calls == ["select", "drop", "create", "select", "create"]
+    assert stream.gaps == 1
+
+
+class ScriptedStream:
+    """Hands over what it is given; records what the follower lets it confirm."""
+
+    def __init__(self, *items: Transaction | Gap) -> None:
+        self.items = list(items)
+        self.gaps = sum(isinstance(i, Gap) for i in items)
+        self.confirmed: list[tuple[int, int]] = []
+        self.running = True
+        self.options = OPTIONS
+
+    def drain(self) -> list[Transaction | Gap]:
+        out, self.items = self.items, []
+        return out
+
+    def confirm(self, lsn: int, gaps: int = 0) -> None:
+        self.confirmed.append((lsn, gaps))
+
+
+class Mode:
+    def __init__(self) -> None:
+        self.taken: list[int] = []
+
+    def take(self, transactions: list[Transaction]) -> None:
+        self.taken += [t.end_lsn for t in transactions]
+
+    @property
+    def position(self) -> int:
+        return self.taken[-1] if self.taken else 0
+
+
+def tx(end: int) -> Transaction:
+    return Transaction(end - 1, end, 0.0, ())
+
+
+async def test_after_a_gap_the_new_slots_changes_go_to_a_new_baseline() -> None:
+    carried = [500]
+    follower = Follower(OPTIONS, 1.0, lambda: carried[0])
+    # On a promoted standby the new slot's positions may be lower than the old slot's.
+    stream = ScriptedStream(tx(400), tx(500), Gap("s", "wal_status lost"), tx(300), tx(350))
+    follower.stream = stream  # type: ignore[assignment]
+    old, new = Mode(), Mode()
+    await follower.feed(old, lambda: new)
+    assert old.taken == [400, 500]
+    assert new.taken == [300, 350]  # not filtered by the old slot's position
+    assert follower.gaps == 1
+    assert follower.position == 350
+    # The board still carries the old slot's 500: never a position to confirm the new one at.
+    assert stream.confirmed == [(0, 1)]
+    carried[0] = 350  # lower than the floor: still of the old slot as far as anyone can tell
+    await follower.feed(new, lambda: Mode())
+    assert stream.confirmed[-1] == (0, 1)
+
+
+class Refusal(Exception):
+    """Stands for psycopg2.errors.ObjectNotInPrerequisiteState."""
+
+
+class RefusingCursor(SlotCursor):
+    """A slot that looks usable but was invalidated: START_REPLICATION refuses it once."""
+
+    def __init__(self) -> None:
+        super().__init__("unreserved")
+        self.starts = 0
+
+    def start_replication(self, **kwargs: Any) -> None:
+        self.starts += 1
+        self.calls.append("start")
+        if self.starts == 1:
+            raise Refusal(
+                'cannot read from logical replication slot "s"\n'
+                "DETAIL:  This slot has been invalidated because it exceeded the maximum "
+                "reserved size."
+            )
+
+
+def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cursor = RefusingCursor()
+
+    class Connection:
+        def cursor(self) -> RefusingCursor:
+            return cursor
+
+        def close(self) -> None:
+            pass
+
+    class Psycopg2(FakePsycopg2):
+        class errors(FakePsycopg2.errors):
+            ObjectNotInPrerequisiteState = Refusal
+
+        Error = Exception
+
+        @staticmethod
+        def connect(*args: Any, **kwargs: Any) -> Connection:
+            return Connection()
+
+    extras = SimpleNamespace(LogicalReplicationConnection=None)
+    monkeypatch.setattr("exporter.db.stream.psycopg2_modules", lambda: (Psycopg2, extras))
+    stream = ChangeStream(OPTIONS)
+    monkeypatch.setattr(stream, "_read", lambda cur: None)
+    stream._run()
+    assert cursor.calls == ["select", "start", "drop", "create", "start"]
+    assert stream.gaps == 1
+    assert stream._error is None
+    [gap] = stream.drain()
+    assert isinstance(gap, Gap)
+    assert gap.found == 'START_REPLICATION refused: cannot read from logical replication slot "s"'
+
+
+def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
+    from exporter.model import SlotHealth
+    from exporter.runtime import QueueRuntime
+    from tests.helpers import fast_queue
+
+    queue = fast_queue("postgresql://x@db.invalid/q")
+    collect = replace(queue.collect, counting="logical", leader_election=False)
+    runtime = QueueRuntime(replace(queue, collect=collect))
+    assert runtime.follower is not None
+    assert runtime.poller.view().slot is None  # before the slot's first read
+    health = SlotHealth(
+        lag_bytes=10, retained_bytes=20, wal_status="reserved", safe_wal_bytes=30, gaps=1
+    )
+    runtime.follower.health = health
+    assert runtime.poller.view().slot == health
+    runtime.poller.standing = lambda: (False, False, True, None)  # a standby
+    assert runtime.poller.view().slot is None
+
+
+async def test_a_failed_health_read_leaves_the_changes_for_the_next_feed() -> None:
+    from contextlib import asynccontextmanager
+
+    from exporter.db.pool import DatabaseError
+
+    class Down:
+        up = False
+
+        @asynccontextmanager
+        async def session(self) -> Any:
+            if not self.up:
+                raise DatabaseError("connection", "connection refused")
+            yield SimpleNamespace(fetchrow=self.fetchrow)
+
+        async def fetchrow(self, sql: str, slot: str) -> dict[str, Any]:
+            return {"lag_bytes": 5, "retained_bytes": 7, "wal_status": "reserved",
+                    "safe_wal_size": None}  # fmt: skip
+
+    database = Down()
+    follower = Follower(OPTIONS, 1.0, lambda: None, database=database)  # type: ignore[arg-type]
+    follower.stream = ScriptedStream(tx(100), tx(200))  # type: ignore[assignment]
+    mode = Mode()
+    with pytest.raises(DatabaseError):
+        await follower.feed(mode, Mode)
+    assert follower.health is None
+    database.up = True
+    await follower.feed(mode, Mode)
+    assert mode.taken == [100, 200]
+    assert follower.health is not None
+    assert (follower.health.lag_bytes, follower.health.safe_wal_bytes) == (5, None)
