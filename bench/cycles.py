@@ -14,8 +14,8 @@ from bench.stats import median, percentile
 from bench.timed import bench_queue, started_poller, timed_cycle
 from exporter.counting.changefeed import FOREVER
 from exporter.counting.results import ResultPaths
+from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.sqltext import render_queries
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import NIL
 from exporter.settings.table import TableMapping
 

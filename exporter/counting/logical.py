@@ -14,12 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.counting.changes import ChangeCounter
+from exporter.counting.snapshot import DeadLetter, active_by_type
 from exporter.counting.statuses import row_notice, stats_notices
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY, CursorOptions, _active_by_type
+from exporter.counting.transitions import CursorOptions
 from exporter.model import (
     Collected,
     Cycle,
-    JobType,
     JobTypeLabels,
     Notice,
     Query,
@@ -48,8 +48,7 @@ class LogicalMode:
     tallies: Tallies
     counter: ChangeCounter = field(init=False)
     _cycle: int = 0
-    _dead: dict[JobType, int] = field(default_factory=dict)
-    _dead_counted_at: int | None = None
+    dead_letter: DeadLetter = field(default_factory=DeadLetter)
     _changes_at_cycle: int = 0
     _truncates_seen: int = 0
     _stats_values: list[str] = field(default_factory=list)
@@ -86,9 +85,7 @@ class LogicalMode:
         """The gauges: snapshot, the dead letter now and then, DONE rows if asked."""
         self._cycle += 1
         options = self.options
-        recount = self._dead_counted_at is None or (
-            self._cycle - self._dead_counted_at >= DEAD_RECOUNT_EVERY
-        )
+        recount = self.dead_letter.due(self._cycle)
         rows = (yield Query("snapshot", self.sql["snapshot"], (options.stuck_threshold,))) or ()
         now = float(rows[0]["now"]) if rows else float(horizon["now"].timestamp())
         notices: list[Notice] = []
@@ -100,15 +97,9 @@ class LogicalMode:
             notices += stats_notices(statuses, self._stats_values, self._stats_named)
         done_rows = (yield Query("done", self.sql["done"])) if options.done_count else None
         counter = self.counter
-        if dead_rows is not None:
-            # The recount sees every change committed before its snapshot, and perhaps some
-            # that are not handed over yet: those adjust it until the next recount.
-            self._dead = {r["job_type"]: r["jobs"] for r in dead_rows}
-            self._dead_counted_at = self._cycle
-        else:
-            for job_type, change in counter.dead_delta.items():
-                self._dead[job_type] = max(0, self._dead.get(job_type, 0) + change)
-        counter.dead_delta.clear()
+        # A recount sees every change committed before its snapshot, and perhaps some that are
+        # not handed over yet: those adjust it until the next recount.
+        dead = self.dead_letter.update(self._cycle, dead_rows, counter.dead_delta)
         if statuses is not None:
             notices += [
                 row_notice(statuses, key, text, self._stats_values)
@@ -120,11 +111,11 @@ class LogicalMode:
             notices.append(Notice(TRUNCATE_MESSAGE, {"table": self.mapping.name}))
         snapshot = Snapshot(
             taken_at=now,
-            active=_active_by_type(rows),
-            dead=dict(self._dead),
+            active=active_by_type(rows),
+            dead=dead,
             done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
         )
-        for job_type in [*snapshot.active, *self._dead]:
+        for job_type in [*snapshot.active, *dead]:
             self.labels.label(job_type)
         read, self._changes_at_cycle = counter.changes - self._changes_at_cycle, counter.changes
         return Collected(snapshot=snapshot, counting=True, rows_read=read, notices=tuple(notices))

@@ -10,22 +10,19 @@ docs/exactness.md. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from exporter.counting.changefeed import ChangeFeed
 from exporter.counting.horizon import Horizon
+from exporter.counting.snapshot import DeadLetter, active_by_type
 from exporter.counting.statuses import row_notice, stats_notices
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.model import (
-    PENDING,
-    RUNNING,
-    ActiveStats,
     Collected,
     Cycle,
     Figures,
     JobRow,
-    JobType,
     JobTypeLabels,
     Notice,
     Query,
@@ -37,10 +34,6 @@ from exporter.vocabulary import Status
 
 # Purged active rows are looked for every this many cycles (a primary-key lookup per job).
 PURGE_CHECK_EVERY = 20
-# Counting the dead letter costs O(dead rows) (9 ms for 50,000 at 10M rows in the benchmark);
-# in between recounts the gauge follows the deaths and requeues the tracker sees. A recount
-# also absorbs what the tracker cannot see (dead rows purged, deaths stamped before start).
-DEAD_RECOUNT_EVERY = 20
 
 HIDDEN_WARNING = (
     "other sessions are hidden in pg_stat_activity: late commits are counted only within "
@@ -69,8 +62,7 @@ class TransitionCursor:
     tracker: Tracker = field(init=False)
     feed: ChangeFeed = field(init=False)
     _cycle: int = 0
-    _dead: dict[JobType, int] = field(default_factory=dict)
-    _dead_counted_at: int | None = None
+    dead_letter: DeadLetter = field(default_factory=DeadLetter)
     # What the status column's statistics held at the last recount, and the unmapped values
     # they have named so far (bounded: statuses.MAX_NAMED).
     _stats_values: list[str] = field(default_factory=list)
@@ -106,11 +98,7 @@ class TransitionCursor:
         baseline = not tracker.started
         if baseline and self.feed.started:
             self.feed = self._new_feed()  # an earlier baseline failed after planning the cursor
-        recount_dead = (
-            baseline
-            or self._dead_counted_at is None
-            or self._cycle - self._dead_counted_at >= DEAD_RECOUNT_EVERY
-        )
+        recount_dead = baseline or self.dead_letter.due(self._cycle)
         check_ids = None
         if not baseline:
             tracker.begin()
@@ -160,20 +148,14 @@ class TransitionCursor:
                 # Rows read this cycle exist; anything else missing from the answer was purged.
                 tracker.forget([i for i in check_ids if i not in existing])
             tracker.finish(now, floor=feed.floor())
-        if dead_rows is not None:
-            self._dead = {r["job_type"]: r["jobs"] for r in dead_rows}
-            self._dead_counted_at = self._cycle
-        else:
-            for job_type, change in tracker.dead_delta.items():
-                self._dead[job_type] = max(0, self._dead.get(job_type, 0) + change)
-        tracker.dead_delta.clear()
+        dead = self.dead_letter.update(self._cycle, dead_rows, tracker.dead_delta)
         snapshot = Snapshot(
             taken_at=now,
-            active=_active_by_type(snapshot_rows),
-            dead=dict(self._dead),
+            active=active_by_type(snapshot_rows),
+            dead=dead,
             done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
         )
-        for job_type in [*snapshot.active, *self._dead]:
+        for job_type in [*snapshot.active, *dead]:
             self.labels.label(job_type)
         if statuses is not None:
             notices += [
@@ -233,32 +215,3 @@ def _changed_row(r: Row) -> JobRow:
         r["result_kind"], r["duration_ms"], r["ai_usd"], r["proxy_usd"], r["total_usd"]
     )
     return _job_row(r, figures=figures, run_seconds=r["run_seconds"])
-
-
-def _active_by_type(rows: Sequence[Row]) -> dict[JobType, ActiveStats]:
-    """The snapshot's rows (one per job type and active status) as each job type's figures."""
-    pending: dict[JobType, Row] = {}
-    running: dict[JobType, Row] = {}
-    for r in rows:
-        if r["kind"] == PENDING:
-            pending[r["job_type"]] = r
-        elif r["kind"] == RUNNING:
-            running[r["job_type"]] = r
-    return {
-        job_type: _active_stats(pending.get(job_type), running.get(job_type))
-        for job_type in [*pending, *(t for t in running if t not in pending)]
-    }
-
-
-def _active_stats(p: Row | None, r: Row | None) -> ActiveStats:
-    return ActiveStats(
-        pending=p["jobs"] if p else 0,
-        running=r["jobs"] if r else 0,
-        scheduled=p["scheduled"] if p else 0,
-        oldest_pending_age=max(0.0, p["oldest_pending_age"]) if p else 0.0,
-        oldest_ready_wait=max(0.0, p["oldest_ready_wait"]) if p else 0.0,
-        stuck_lease_expired=r["stuck_lease_expired"] if r else 0,
-        stuck_overrun=r["stuck_overrun"] if r else 0,
-        lease_expired_oldest=max(0.0, r["lease_expired_oldest"]) if r else 0.0,
-        running_oldest=max(0.0, r["running_oldest"]) if r else 0.0,
-    )

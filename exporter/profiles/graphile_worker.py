@@ -13,8 +13,8 @@ from dataclasses import replace
 from exporter.counting.gauges import Gauges, Reading, first, reading_of
 from exporter.counting.horizon import Horizon
 from exporter.counting.reader import LedgerReader, planned
+from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.terminal import TerminalCursor
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR

@@ -21,19 +21,20 @@ import asyncpg
 import pytest
 
 from exporter.cli import main
-from exporter.demo.cluster import Cluster, ClusterError
-from exporter.demo.queue import JobQueue, Transition, prepare_database
+from exporter.demo.cluster import Cluster
+from exporter.demo.queue import JobQueue, Transition
 from exporter.demo.tally import Tally
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from tests.conftest import execute, fetchval
 from tests.helpers import fast_queue
+from tests.logical_cluster import PUBLICATION, published_database
+from tests.logical_cluster import logical_cluster as logical_cluster_of
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
 from tests.truth import assert_exact, expected
 
 pytestmark = pytest.mark.slow
 
-PUBLICATION = "jobqueue_test"
 RESULT = {"metrics": {"duration_ms": 250, "cost": {"ai_usd": 0.01, "total_usd": 0.015}}}
 _names = itertools.count()
 
@@ -41,33 +42,15 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def logical_cluster() -> Iterator[Cluster]:
     """A cluster with wal_level=logical and a bounded max_slot_wal_keep_size."""
-    try:
-        cluster = Cluster()
-    except ClusterError as exc:
-        pytest.fail(str(exc))
-    try:
-        cluster.start()
-        cluster.psql("ALTER SYSTEM SET wal_level = logical")
-        cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1GB'")
-        cluster.psql("ALTER SYSTEM SET max_prepared_transactions = 4")
-        with (cluster.data_dir / "pg_hba.conf").open("a") as hba:
-            hba.write("host replication all 127.0.0.1/32 trust\n")
-        cluster.restart()
+    settings = {"max_slot_wal_keep_size": "1GB", "max_prepared_transactions": "4"}
+    with logical_cluster_of(settings) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture
 async def logical_dsn(logical_cluster: Cluster) -> str:
     """A fresh queue database whose job table is published with its whole old rows."""
-    name = f"logical_{next(_names)}"
-    logical_cluster.create_database(name)
-    dsn = logical_cluster.dsn(name)
-    await prepare_database(dsn)
-    await execute(dsn, "ALTER TABLE job REPLICA IDENTITY FULL")
-    await execute(dsn, f"CREATE PUBLICATION {PUBLICATION} FOR TABLE job")
-    return dsn
+    return await published_database(logical_cluster, f"logical_{next(_names)}")
 
 
 def logical_queue(dsn: str, base: QueueSettings | None = None) -> QueueSettings:

@@ -17,16 +17,15 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from exporter.demo.cluster import Cluster, ClusterError
-from exporter.demo.queue import JobQueue, prepare_database
+from exporter.demo.cluster import Cluster
+from exporter.demo.queue import JobQueue
 from exporter.demo.tally import Tally
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from exporter.web.exposition import Exposition
-from tests.conftest import execute, fetchval
+from tests.conftest import fetchval
 from tests.db.test_exposition import promtool_check_metrics
 from tests.db.test_logical import (
-    PUBLICATION,
     RESULT,
     caught_up,
     counted,
@@ -34,6 +33,7 @@ from tests.db.test_logical import (
     record,
 )
 from tests.helpers import fast_queue, parse, value
+from tests.logical_cluster import PUBLICATION, logical_cluster, published_database
 from tests.truth import assert_exact
 
 pytestmark = pytest.mark.slow
@@ -45,33 +45,14 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 @pytest.fixture(scope="module")
 def capped_cluster() -> Iterator[Cluster]:
     """wal_level=logical, and a slot may keep at most 1 MB of WAL beyond the checkpoint's."""
-    try:
-        cluster = Cluster()
-    except ClusterError as exc:
-        pytest.fail(str(exc))
-    try:
-        cluster.start()
-        cluster.psql("ALTER SYSTEM SET wal_level = logical")
-        cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-        cluster.psql("ALTER SYSTEM SET wal_keep_size = 0")
-        with (cluster.data_dir / "pg_hba.conf").open("a") as hba:
-            hba.write("host replication all 127.0.0.1/32 trust\n")
-        cluster.restart()
+    with logical_cluster({"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"}) as cluster:
         yield cluster
-    finally:
-        cluster.destroy()
 
 
 @pytest.fixture
 async def capped_dsn(capped_cluster: Cluster) -> str:
     """A fresh queue database whose job table is published with its whole old rows."""
-    name = f"gap_{next(_names)}"
-    capped_cluster.create_database(name)
-    dsn = capped_cluster.dsn(name)
-    await prepare_database(dsn)
-    await execute(dsn, "ALTER TABLE job REPLICA IDENTITY FULL")
-    await execute(dsn, f"CREATE PUBLICATION {PUBLICATION} FOR TABLE job")
-    return dsn
+    return await published_database(capped_cluster, f"gap_{next(_names)}")
 
 
 def gap_queue(dsn: str) -> QueueSettings:

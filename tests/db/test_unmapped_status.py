@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.statuses import ROW_MESSAGE, STATS_MESSAGE, VALUE_CHARS
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY
 from exporter.model import ConfigStatus, QueueStatus
 from exporter.settings import QueueSettings, load_settings
 from exporter.web.status import StatusPage, status_page

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from exporter.counting.horizon import TIMESTAMP_MARGIN
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY
+from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.model import PresetError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
 from exporter.runtime import QueueRuntime

@@ -10,6 +10,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
+from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.sqltext import render_queries
 from exporter.counting.statuses import (
     MAX_NAMED,
@@ -26,7 +27,7 @@ from exporter.counting.statuses import (
     stats_notices,
 )
 from exporter.counting.tracker import Tracker, TrackerOptions
-from exporter.counting.transitions import DEAD_RECOUNT_EVERY, CursorOptions, TransitionCursor
+from exporter.counting.transitions import CursorOptions, TransitionCursor
 from exporter.metrics import render
 from exporter.model import (
     DEAD,
