@@ -21,6 +21,7 @@ from exporter.election import Election
 from exporter.logs import log_fields
 from exporter.poller import Poller
 from exporter.profiles import profile_of
+from exporter.profiles.streamed import StreamedMode
 from exporter.settings import Change, QueueSettings
 
 log = logging.getLogger(__name__)
@@ -85,9 +86,10 @@ class QueueRuntime:
         # collect.counting: logical: the change stream, run while this exporter collects.
         self.follower: Follower | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        if is_logical(settings):
+        target = profile_of(settings).logical_target
+        if target is not None and is_logical(settings, lambda q: target(q)):
             self.follower = Follower(
-                stream_options(settings), settings.collect.interval,
+                stream_options(settings, target(settings).table), settings.collect.interval,
                 lambda: self.board.carried.get(settings.name),
             )  # fmt: skip
             self.poller.feed = self._feed
@@ -101,7 +103,7 @@ class QueueRuntime:
 
     async def _feed(self, mode: CountingMode) -> None:
         assert self.follower is not None
-        assert isinstance(mode, LogicalMode)
+        assert isinstance(mode, LogicalMode | StreamedMode)
         await self.follower.feed(mode)
 
     def _standing(self) -> tuple[bool, bool, bool, str | None]:

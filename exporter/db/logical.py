@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from exporter.db.pool import APPLICATION_NAME, connect, translate
 from exporter.db.stream import StreamOptions
+from exporter.model import LogicalTarget
 from exporter.settings import QueueSettings, Settings
 from exporter.settings.table import quote_identifier, quote_table
 from exporter.vocabulary import DEFAULT_PROFILE, SLOT_PREFIX
@@ -24,14 +26,26 @@ from exporter.vocabulary import DEFAULT_PROFILE, SLOT_PREFIX
 MAX_NAME = 63
 
 
-def is_logical(queue: QueueSettings) -> bool:
-    """True for a queue counted from its change stream (the default profile, mapped tables)."""
-    return queue.collect.counting == "logical" and queue.profile == DEFAULT_PROFILE
+# Which target a queue's profile streams (None: its profile cannot count from a stream). The
+# profiles know (exporter.profiles, a layer above); this default knows the default profile.
+TargetOf = Callable[[QueueSettings], LogicalTarget | None]
 
 
-def logical_queues(settings: Settings) -> list[QueueSettings]:
+def default_target(queue: QueueSettings) -> LogicalTarget | None:
+    """The default profile's table and status column; None for a preset."""
+    if queue.profile != DEFAULT_PROFILE:
+        return None
+    return LogicalTarget(queue.database.table, queue.mapping.column("status"))
+
+
+def is_logical(queue: QueueSettings, target_of: TargetOf = default_target) -> bool:
+    """True for a queue counted from its change stream."""
+    return queue.collect.counting == "logical" and target_of(queue) is not None
+
+
+def logical_queues(settings: Settings, target_of: TargetOf = default_target) -> list[QueueSettings]:
     """The queues counted from a change stream."""
-    return [q for q in settings.queues if is_logical(q)]
+    return [q for q in settings.queues if is_logical(q, target_of)]
 
 
 def slot_of(queue: QueueSettings) -> str:
@@ -46,14 +60,14 @@ def publication_of(queue: QueueSettings) -> str:
     return queue.collect.logical_publication or slot_of(queue)
 
 
-def stream_options(queue: QueueSettings) -> StreamOptions:
-    """Where the queue's change stream reads."""
+def stream_options(queue: QueueSettings, table: str | None = None) -> StreamOptions:
+    """Where the queue's change stream reads (``table``: the profile's, else database.table)."""
     assert queue.database.dsn is not None
     return StreamOptions(
         dsn=queue.database.dsn,
         slot=slot_of(queue),
         publication=publication_of(queue),
-        table=queue.database.table,
+        table=table or queue.database.table,
         connect_timeout=queue.database.connect_timeout,
     )
 
@@ -64,9 +78,9 @@ def _role(queue: QueueSettings) -> str:
     return quote_identifier(user) if user else "<the exporter's role>"
 
 
-def setup_script(settings: Settings) -> str:
+def setup_script(settings: Settings, target_of: TargetOf = default_target) -> str:
     """The SQL a DBA runs, per logical queue, and the server settings to check."""
-    queues = logical_queues(settings)
+    queues = logical_queues(settings, target_of)
     if not queues:
         return "-- no queue has collect.counting: logical\n"
     out = [
@@ -83,7 +97,9 @@ def setup_script(settings: Settings) -> str:
         "",
     ]
     for queue in queues:
-        table = quote_table(queue.database.table)
+        target = target_of(queue)
+        assert target is not None
+        table = quote_table(target.table)
         publication = quote_identifier(publication_of(queue))
         out += [
             f"-- queue {queue.name}: slot {slot_of(queue)} (the exporter creates it)",
@@ -98,7 +114,7 @@ def setup_script(settings: Settings) -> str:
     return "\n".join(out)
 
 
-async def check_queue(queue: QueueSettings) -> list[str]:
+async def check_queue(queue: QueueSettings, target: LogicalTarget | None = None) -> list[str]:
     """Why the queue cannot count from its change stream (empty: it can); ConnectionError-like
     failures to reach the database come back as DatabaseError."""
     assert queue.database.dsn is not None
@@ -112,16 +128,17 @@ async def check_queue(queue: QueueSettings) -> list[str]:
     except Exception as exc:
         raise translate(exc) from None
     try:
-        return await _problems(conn, queue)
+        return await _problems(conn, queue, target or default_target(queue))
     except Exception as exc:
         raise translate(exc) from None
     finally:
         await conn.close()
 
 
-async def _problems(conn: object, queue: QueueSettings) -> list[str]:
+async def _problems(conn: object, queue: QueueSettings, target: LogicalTarget | None) -> list[str]:
     fetchval = conn.fetchval  # type: ignore[attr-defined]
-    name, table = queue.name, queue.database.table
+    assert target is not None
+    name, table = queue.name, target.table
     found: list[str] = []
     wal_level = await fetchval("SELECT current_setting('wal_level')")
     if wal_level != "logical":
@@ -140,9 +157,9 @@ async def _problems(conn: object, queue: QueueSettings) -> list[str]:
     if relation is None:
         return [*found, f"database.table: queue {name}: table {table} does not exist"]
     identity = await fetchval("SELECT relreplident::text FROM pg_class WHERE oid = $1", relation)
-    status = queue.mapping.column("status")
+    status = target.key_column
     if identity != "f":
-        keyed = await fetchval(
+        keyed = status is not None and await fetchval(
             "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
             " AND a.attnum = ANY (i.indkey) WHERE i.indrelid = $1 AND a.attname = $2 AND"
             " CASE $3 WHEN 'i' THEN i.indisreplident WHEN 'd' THEN i.indisprimary ELSE false END)",
@@ -150,9 +167,10 @@ async def _problems(conn: object, queue: QueueSettings) -> list[str]:
         )  # fmt: skip
         if not keyed:
             named = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(identity, identity)
+            carried = f"the old {status}" if status is not None else "the whole old row"
             found.append(
                 f"collect.counting: queue {name}: table {table} has REPLICA IDENTITY {named}, "
-                f"which does not carry the old {status} of a change; run ALTER TABLE {table} "
+                f"which does not carry {carried} of a change; run ALTER TABLE {table} "
                 "REPLICA IDENTITY FULL (logical-setup prints it)"
             )
     publication = publication_of(queue)
@@ -197,10 +215,14 @@ async def drop_slot(queue: QueueSettings) -> bool:
     return bool(dropped)
 
 
-async def check_all(settings: Settings) -> tuple[list[str], list[tuple[str, str]]]:
+async def check_all(
+    settings: Settings, target_of: TargetOf = default_target
+) -> tuple[list[str], list[tuple[str, str]]]:
     """The refusals of every logical queue, and the queues that could not be checked (why)."""
-    queues = [q for q in logical_queues(settings) if q.database.dsn]
-    results = await asyncio.gather(*(check_queue(q) for q in queues), return_exceptions=True)
+    queues = [q for q in logical_queues(settings, target_of) if q.database.dsn]
+    results = await asyncio.gather(
+        *(check_queue(q, target_of(q)) for q in queues), return_exceptions=True
+    )
     problems: list[str] = []
     unchecked: list[tuple[str, str]] = []
     for queue, result in zip(queues, results, strict=True):

@@ -7,16 +7,17 @@ No I/O: a reader hands out :class:`Query` values, the caller runs them (see docs
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Literal, Protocol
 
+from exporter.counting.changes import RowChange
 from exporter.counting.cycle import CountingMode, PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
 from exporter.counting.ledger import Ledger
 from exporter.counting.sqltext import TableShape
-from exporter.model import Coverage, JobTypeLabels, Tallies
+from exporter.model import Coverage, JobTypeLabels, LogicalTarget, Tallies
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 
@@ -111,6 +112,10 @@ class Profile:
     # None: ``coverage`` whatever the settings.
     settings_coverage: Callable[[QueueSettings], Coverage] | None = None
 
+    # collect.counting: logical: the table its change stream reads (None: the profile cannot
+    # count from a stream yet, and the exporter refuses the setting; docs/presets.md says why).
+    logical_target: Callable[[QueueSettings], LogicalTarget] | None = None
+
     def coverage_for(self, settings: QueueSettings) -> Coverage:
         """The series this queue fills: the profile's, less what its settings leave out."""
         if self.settings_coverage is None:
@@ -142,6 +147,35 @@ class PresetReader(Protocol):
         ...
 
 
+class ChangeRules(Protocol):
+    """A preset's transition function: committed row changes of its table into its ledger."""
+
+    @property
+    def lookups(self) -> Mapping[str, str]:
+        """Statements run first in each cycle, whose rows :meth:`look` takes (name -> SQL)."""
+        ...
+
+    def look(self, results: Mapping[str, Sequence[Row]]) -> None:
+        """Take the rows of the lookups, before the cycle's changes are counted."""
+        ...
+
+    def count(self, change: RowChange, commit_time: float) -> None:
+        """Count one committed change of the table."""
+        ...
+
+
+@dataclass(frozen=True)
+class PresetLogical:
+    """How a preset counts from its table's change stream (collect.counting: logical)."""
+
+    # What it can tell from the stream (the gauges stay the reader's).
+    capabilities: dict[str, Exactness]
+    # The preset's transition function, counting into the queue's ledger.
+    rules: Callable[[Ledger], ChangeRules]
+    # Figures no polling preset fills that the stream does (jobs_vanished_total).
+    fills: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class Preset:
     """One library: how to read it and what it can tell."""
@@ -157,6 +191,7 @@ class Preset:
     # The library's main table: it must exist, and its OID keys the leader election's lock.
     table: str
     required_indexes: tuple[str, ...] = ()  # the ones index_file creates
+    logical: PresetLogical | None = None  # None: polling only
 
     def index_sql(self) -> str | None:
         """The CREATE INDEX CONCURRENTLY statements this preset needs, if any."""

@@ -14,7 +14,7 @@ from exporter.counting.sqltext import TableShape, index_name, index_names, rende
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import Coverage, JobTypeLabels, Tallies
+from exporter.model import Coverage, JobTypeLabels, LogicalTarget, Tallies
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
@@ -105,6 +105,11 @@ def _retune(settings: QueueSettings, mode: CountingMode) -> None:
         )
 
 
+def _logical_target(settings: QueueSettings) -> LogicalTarget:
+    # An identity index that carries the status column gives the old status; FULL gives more.
+    return LogicalTarget(settings.database.table, settings.mapping.column("status"))
+
+
 DEFAULT = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
@@ -116,4 +121,5 @@ DEFAULT = Profile(
     index_names=_index_names,
     check_table=_check_table,
     retune=_retune,
+    logical_target=_logical_target,
 )

@@ -12,12 +12,19 @@ from dataclasses import replace
 
 from exporter.counting.cycle import PresetError, Query, Results, Row
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.graphile_changes import GraphileChanges
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.transitions import DEAD_RECOUNT_EVERY
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, load_queries
+from exporter.profiles.base import (
+    EXACT_GAUGES,
+    Exactness,
+    PresetLogical,
+    RetentionHint,
+    load_queries,
+)
 from exporter.vocabulary import ERROR
 
 PRESET = "graphile_worker"
@@ -48,6 +55,35 @@ CAPABILITIES: dict[str, Exactness] = {
     "duration": "not exported",
     "latency": "not exported",
 }
+
+# collect.counting: logical (docs/logical.md): every change of _private_jobs arrives with its
+# whole old row, so what a DELETE erases under polling is counted from the stream
+# (exporter/counting/graphile_changes.py has the rules); the gauges stay the reader's.
+LOGICAL_CAPABILITIES: dict[str, Exactness] = {
+    **CAPABILITIES,
+    "enqueued": "exact",
+    "completed": "exact",
+    "failures": "exact",
+    # A failed attempt (last_error written) is an error, a lost worker's lock freed by
+    # resetLockedAt or force_unlock_workers is lease_expired. last_error is free text: no
+    # deadline kill can be told apart.
+    "failure_reason": "exact",
+    "dead": "exact",
+    # reschedule_jobs of a dead job; graphile-worker has no other requeue.
+    "requeued": "exact",
+    # duration and latency end at the DELETE's commit (the row keeps no completion time),
+    # which follows the task's end by the completeJobs round trip (or completeJobBatchDelay).
+    "wait": "exact",
+    "duration": "exact",
+    "latency": "exact",
+}
+
+
+def _changes(ledger: Ledger) -> GraphileChanges:
+    return GraphileChanges(ledger, load_queries(PRESET)["tasks"])
+
+
+LOGICAL = PresetLogical(LOGICAL_CAPABILITIES, _changes, fills=frozenset({"vanished"}))
 
 RETENTION = RetentionHint(
     rows_deleted_on_success=True,
