@@ -81,9 +81,18 @@ def _role(queue: QueueSettings) -> str:
 def setup_script(settings: Settings, target_of: TargetOf = default_target) -> str:
     """The SQL a DBA runs, per logical queue, and the server settings to check."""
     queues = logical_queues(settings, target_of)
+    refused = [
+        f"-- queue {q.name}: profile {q.profile} cannot count from a change stream yet "
+        "(docs/presets.md); the exporter refuses collect.counting: logical for it"
+        for q in settings.queues
+        if q.collect.counting == "logical" and target_of(q) is None
+    ]
     if not queues:
-        return "-- no queue has collect.counting: logical\n"
+        return (
+            "\n".join([*refused, ""]) if refused else "-- no queue has collect.counting: logical\n"
+        )
     out = [
+        *refused,
         "-- Server settings (postgresql.conf; wal_level needs a restart):",
         "--   wal_level = logical",
         f"--   max_replication_slots and max_wal_senders: {len(queues)} more than in use now",

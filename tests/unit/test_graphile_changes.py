@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from exporter.counting.changes import DELETE, INSERT, UPDATE, RowChange
 from exporter.counting.graphile_changes import UNKNOWN_TASK, GraphileChanges
 from exporter.counting.ledger import Ledger
@@ -68,3 +70,17 @@ def test_a_job_of_a_task_never_read_is_counted_under_unknown_task() -> None:
     r = rules()
     r.count(RowChange(INSERT, new=job(task_id="9", locked_at=None)), COMMIT)
     assert r.ledger.tallies.enqueued == {UNKNOWN_TASK: 1}
+
+
+def test_logical_setup_prints_the_graphile_table_and_refuses_a_preset_without_rules(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from exporter.cli import main
+
+    dsn = ["--collect.counting", "logical", "--database.dsn", "postgresql://exp@db.invalid/app"]
+    assert main(["logical-setup", "--queue.profile", "graphile-worker", *dsn], {}) == 0
+    out = capsys.readouterr().out
+    assert 'ALTER TABLE "graphile_worker"."_private_jobs" REPLICA IDENTITY FULL;' in out
+    assert 'CREATE PUBLICATION "jobqueue_app" FOR TABLE "graphile_worker"."_private_jobs";' in out
+    assert main(["logical-setup", "--queue.profile", "pgboss", *dsn], {}) == 0
+    assert "profile pgboss cannot count from a change stream yet" in capsys.readouterr().out
