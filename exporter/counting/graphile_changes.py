@@ -58,6 +58,11 @@ class GraphileChanges:
         for row in results.get("tasks", ()):
             self.tasks[str(row["id"])] = str(row["identifier"])
 
+    def ready(self, change: RowChange) -> bool:
+        """Whether the change's task is named already (else the next cycle's lookup names it)."""
+        row = change.new if change.new is not None else change.old
+        return row is None or row.get("task_id") in self.tasks
+
     def count(self, change: RowChange, commit_time: float) -> None:
         """Count one committed change (``commit_time``: Unix seconds, the database's clock)."""
         ledger = self.ledger

@@ -163,6 +163,10 @@ class ChangeRules(Protocol):
         """Count one committed change of the table."""
         ...
 
+    def ready(self, change: RowChange) -> bool:
+        """Whether :meth:`count` can name everything the change needs without a lookup."""
+        ...
+
 
 @dataclass(frozen=True)
 class PresetLogical:

@@ -4,8 +4,10 @@ The preset's own reader still reads the gauges every cycle, as under polling, bu
 counts goes to a ledger of its own that nothing exports: every counter and histogram comes from
 the preset's change rules (:class:`ChangeRules`, one per preset, e.g.
 :mod:`exporter.counting.graphile_changes`), fed the committed transactions the follower hands
-over. They are counted inside the cycle, after the rules' lookups (graphile's task names) were
-read in the cycle's snapshot, which sees every transaction handed over before it. No I/O.
+over. Each is counted as it is handed over when the rules can name what it needs; from the
+first one they cannot (a task new since the last cycle), in the next cycle, after the rules'
+lookups (graphile's task names) were read in a snapshot that sees every transaction handed over
+before it. No I/O.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class StreamedMode:
     truncates: int = 0
     _pending: list[Transaction] = field(default_factory=list)
     _truncates_seen: int = 0
+    _taken: int = 0  # changes counted since the last cycle's report
 
     @property
     def tracked(self) -> None:
@@ -47,11 +50,17 @@ class StreamedMode:
         return None
 
     def take(self, transactions: Iterable[Transaction]) -> None:
-        """Keep committed transactions for the next cycle (one sent again is skipped)."""
+        """Count committed transactions now, in commit order, or keep them for the next cycle
+        from the first one the rules cannot name yet (one sent again is skipped)."""
         for transaction in transactions:
             last = self._pending[-1].end_lsn if self._pending else self.position
-            if transaction.end_lsn > last:
-                self._pending.append(transaction)
+            if transaction.end_lsn <= last:
+                continue
+            self._pending.append(transaction)
+            # Counted at once when the rules know every name it needs, so a mode replaced
+            # before its next cycle (a rebaseline) drops nothing the follower has passed.
+            if len(self._pending) == 1 and all(map(self.rules.ready, transaction.changes)):
+                self._count()
 
     def horizon_query(self) -> Query:
         """The reader's horizon statement (its gauges' cycle needs it)."""
@@ -63,7 +72,8 @@ class StreamedMode:
         for name, sql in self.rules.lookups.items():
             looked[name] = list((yield Query(name, sql)) or ())
         self.rules.look(looked)
-        read = self._count()
+        self._count()
+        read, self._taken = self._taken, 0
         results: dict[str, list[Row]] = {}
         for query in self.reader.queries(horizon):
             results[query.name] = list((yield query) or ())
@@ -80,7 +90,8 @@ class StreamedMode:
             notices=notices,
         )
 
-    def _count(self) -> int:
+    def _count(self) -> None:
+        """Count every kept transaction."""
         read = 0
         for transaction in self._pending:
             for change in transaction.changes:
@@ -92,4 +103,4 @@ class StreamedMode:
             self.position = transaction.end_lsn
         self.changes += read
         self._pending.clear()
-        return read
+        self._taken += read
