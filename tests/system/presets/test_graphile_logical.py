@@ -134,6 +134,11 @@ async def test_graphile_counters_and_histograms_from_the_stream_equal_the_worker
     ]
     conn = await asyncpg.connect(dsn)
     try:
+        # Before the DBA's steps the start refuses, naming what is missing.
+        problems, _ = await check_all(Settings(queues=(queue,)), target_of)
+        assert len(problems) == 2
+        assert "REPLICA IDENTITY DEFAULT, which does not carry the whole old row" in problems[0]
+        assert f"publication {PUBLICATION} does not exist" in problems[1]
         for sql in statements:
             await conn.execute(sql)
         problems, unchecked = await check_all(Settings(queues=(queue,)), target_of)
