@@ -233,4 +233,11 @@ async def _settled(runtime: QueueRuntime, conn: asyncpg.Connection) -> None:
     while follower.stream.server_lsn < target or follower.stream.running is False:
         assert time.monotonic() < deadline, runtime.poller.health.last_error
         await asyncio.sleep(0.2)
-    await asyncio.sleep(4 * INTERVAL)  # two cycles count what was handed over
+    # Everything up to the target is in the thread's queue: the next collection feeds and
+    # counts it; wait for two, each signalled by the poller.
+    finished = asyncio.Event()
+    runtime.poller.listeners.append(finished.set)
+    for _ in range(2):
+        finished.clear()
+        await asyncio.wait_for(finished.wait(), 30)
+    runtime.poller.listeners.remove(finished.set)
