@@ -89,7 +89,8 @@ RETENTION = RetentionHint(
     rows_deleted_on_success=True,
     history_kept="permanently failed jobs until deleted by hand; successes are deleted at once",
     warning=(
-        "only deaths are counted: a permanently failed job deleted by hand (remove_job, "
+        "under polling only deaths are counted (collect.counting: logical counts every "
+        "transition from the change stream): a permanently failed job deleted by hand (remove_job, "
         "complete_jobs, cleanup DELETE_PERMAFAILED_JOBS) within one poll interval of its "
         "death is not counted, nor a job failed by hand (permanently_fail_jobs, "
         "reschedule_jobs), nor one force-unlocked on its last attempt within one poll "
