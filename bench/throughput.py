@@ -8,6 +8,8 @@ against rows changed, tracked jobs, RSS, CPU, whether the counters equal the tab
 exporter's share of the database's statement time (bench/statements.py: pg_stat_statements,
 the exporter under a role of its own). With ``--catch-up`` the exporter is stopped for a while
 under load and restarted, to time how long it takes to absorb the backlog. ``--exporter-root`` runs another checkout (the previous design).
+``--counting logical`` runs each rate under polling and then from the change stream, with each
+mode's indexes, and adds WAL per job and the walsender's CPU (bench/logical.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import aiohttp
 import asyncpg
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import statements
+from bench import logical, statements
 from bench.data import Shape, build_table
 from bench.processes import ROOT, Process, unique_name, wait_ready
 from exporter.counting.sqltext import render_queries
@@ -119,13 +121,15 @@ async def sample_loop(
                 await asyncio.wait_for(stop.wait(), every)
 
 
-def start_exporter(dsn: str, interval: str, root: Path) -> tuple[Process, int]:
+def start_exporter(
+    dsn: str, interval: str, root: Path, extra: tuple[str, ...] = ()
+) -> tuple[Process, int]:
     """``python -m exporter run`` from ``root`` (this checkout, or another one)."""
     port = free_port()
     args = [
         sys.executable, "-m", "exporter", "run", f"--database.dsn={dsn}",
         f"--web.listen-address=127.0.0.1:{port}", f"--collect.interval={interval}",
-        "--log.level=warn",
+        "--log.level=warn", *extra,
     ]  # fmt: skip
     return Process(args, cwd=root), port
 
@@ -190,18 +194,27 @@ async def loaded_database(cluster: Cluster, prefix: str, rows: int) -> tuple[str
     return name, dsn
 
 
-async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None) -> dict[str, Any]:
+async def run_one(
+    cluster: Cluster, args: argparse.Namespace, rate: float | None, counting: str = "polling"
+) -> dict[str, Any]:
     """One rate on a fresh database: load, measure, compare."""
     name, dsn = await loaded_database(cluster, "tp", args.rows)
     statements.prepare_database(cluster, name)
     root = Path(args.exporter_root) if args.exporter_root else ROOT
     # Under a role of its own, so pg_stat_statements tells its statements apart.
-    exporter, port = start_exporter(cluster.dsn(name, user=statements.ROLE), args.interval, root)
+    exporter_dsn = cluster.dsn(name, user=statements.ROLE)
+    if counting == "logical":
+        logical.setup_logical(cluster, name, exporter_dsn)
+    extra = tuple(logical.exporter_args(counting))
+    exporter, port = start_exporter(exporter_dsn, args.interval, root, extra)
     samples = Samples()
     stop = asyncio.Event()
-    result: dict[str, Any] = {"target_rate": rate, "rows": args.rows, "interval": args.interval}
+    result: dict[str, Any] = {"target_rate": rate, "rows": args.rows, "interval": args.interval,
+                              "counting": counting}  # fmt: skip
     try:
         await wait_ready(port, exporter)
+        if counting == "logical":
+            await logical.wait_streaming(dsn)
         async with aiohttp.ClientSession() as session:
             before = await scrape(session, port)
         rows0, done0 = await counts(dsn)
@@ -210,6 +223,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
         sampler = asyncio.create_task(sample_loop(port, exporter, every, samples, stop))
         await statements.reset(dsn)
         cpu0, wall0 = exporter.cpu_seconds(), time.monotonic()
+        wal0, sender0 = await logical.wal_lsn(dsn), await logical.walsender_cpu(dsn)
         bench = pgbench(dsn, rate, args.seconds, args.clients)
         if args.catch_up:
             await asyncio.sleep(args.seconds / 4)
@@ -222,6 +236,7 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
             print(out[-3000:], file=sys.stderr)
         wall = time.monotonic() - wall0
         cpu = exporter.cpu_seconds() - cpu0
+        wal, sender = await logical.wal_lsn(dsn) - wal0, await logical.walsender_cpu(dsn) - sender0
         result["statements"] = await statements.share(dsn, render_queries(TableMapping(name="job")))
         rows1, done1 = await counts(dsn)
         # Let the exporter read what is left: two collections after its lag is small.
@@ -265,12 +280,15 @@ async def run_one(cluster: Cluster, args: argparse.Namespace, rate: float | None
             completed=(counted[1], jobs),
             exact=counted == (rows1 - rows0, jobs),
         )
+        logical.costs(result, cpu, wal, sender, wall)
         if args.catch_up:
             result["catch_up_down_s"] = args.catch_up
             result["catch_up_s"] = caught - max(resumed, wall0 + wall)
     finally:
         stop.set()
         exporter.stop()
+        if counting == "logical":
+            await logical.drop_slots(dsn)
     return result
 
 
@@ -309,6 +327,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--catch-up", type=float, default=0.0,
                         help="stop the exporter this many seconds under load, then resume")  # fmt: skip
     parser.add_argument("--exporter-root", default="", help="run the exporter from this checkout")
+    parser.add_argument("--counting", choices=("polling", "logical"), default="polling",
+                        help="logical: each rate under polling, then from the change stream")  # fmt: skip
     parser.add_argument("--out", default="bench/out", help="directory for throughput.json")
     return parser.parse_args(argv)
 
@@ -318,11 +338,15 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     try:
         cluster.start()
+        if args.counting == "logical":
+            logical.prepare_cluster(cluster)
         statements.prepare_cluster(cluster)
+        modes = ("polling", "logical") if args.counting == "logical" else ("polling",)
         for text in args.rates.split(","):
             rate = None if text == "max" else float(text)
-            print(f"bench throughput: {text} jobs/s ...", file=sys.stderr, flush=True)
-            results.append(await run_one(cluster, args, rate))
+            for mode in modes:
+                print(f"bench throughput: {text} jobs/s, {mode} ...", file=sys.stderr, flush=True)
+                results.append(await run_one(cluster, args, rate, mode))
     finally:
         cluster.destroy()
     return results
@@ -336,6 +360,7 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "throughput.json").write_text(json.dumps(results, indent=2, default=str))
     print(render(results))
+    print(logical.render(results))
     print(statements.render(results))
     for r in results:
         if "catch_up_s" in r:

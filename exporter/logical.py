@@ -12,31 +12,47 @@ import logging
 import sys
 
 from exporter.db import DatabaseError
-from exporter.db.logical import check_all, drop_slot, logical_queues, setup_script, slot_of
+from exporter.db.logical import (
+    check_all,
+    drop_slot,
+    logical_queues,
+    setup_script,
+    slot_of,
+)
 from exporter.db.stream import psycopg2_modules
+from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
-from exporter.settings import ConfigError, Settings
+from exporter.settings import ConfigError, QueueSettings, Settings
 from exporter.settings.flags import LOGICAL_SETUP
 
 log = logging.getLogger(__name__)
 
 
+def target_of(queue: QueueSettings) -> LogicalTarget | None:
+    """The table the queue's profile streams; None when the profile cannot count logical."""
+    target = profile_of(queue).logical_target
+    return target(queue) if target is not None else None
+
+
 def check_logical(settings: Settings) -> None:
     """ConfigError naming each refusal; a database that is down is warned about, not refused
     (its stream fails visibly until it is back)."""
-    presets = [q.name for q in logical_queues(settings) if not profile_of(q).streams]
+    queues = logical_queues(settings, target_of)
+    presets = [q.name for q in settings.queues if q.collect.counting == "logical"]
+    presets = [name for name in presets if name not in {q.name for q in queues}]
     if presets:
         raise ConfigError(
             f"collect.counting: queue {', '.join(presets)}: logical counting is built for the "
-            "default profile and mapped tables only so far; use polling for a preset"
+            "default profile, mapped tables and graphile-worker so far; use polling for this "
+            "preset (docs/presets.md says why)"
         )
-    if not logical_queues(settings):
+    if not queues:
         return
     try:
         psycopg2_modules()
     except DatabaseError as exc:
         raise ConfigError(f"collect.counting: {exc}") from None
-    problems, unchecked = asyncio.run(check_all(settings))
+    problems, unchecked = asyncio.run(check_all(settings, target_of))
     for queue, why in unchecked:
         log.warning(
             "logical counting not checked now: the database cannot be reached",
@@ -58,11 +74,11 @@ def refuse_demo(settings: Settings) -> None:
 def logical_command(command: str, settings: Settings) -> int:
     """Run logical-setup or logical-drop; the exit code."""
     if command == LOGICAL_SETUP:
-        sys.stdout.write(setup_script(settings))
+        sys.stdout.write(setup_script(settings, target_of))
         sys.stdout.flush()
         return 0
     failed = False
-    for queue in logical_queues(settings):
+    for queue in logical_queues(settings, target_of):
         slot = slot_of(queue)
         if not queue.database.dsn:
             sys.stderr.write(f"queue {queue.name}: no database.dsn, slot {slot} not dropped\n")

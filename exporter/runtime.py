@@ -84,9 +84,10 @@ class QueueRuntime:
         # collect.counting: logical: the change stream, run while this exporter collects.
         self.follower: Follower | None = None
         self._stopping: set[asyncio.Task[None]] = set()
-        if is_logical(settings):
+        target = profile_of(settings).logical_target
+        if target is not None and is_logical(settings, lambda q: target(q)):
             self.follower = Follower(
-                stream_options(settings), settings.collect.interval,
+                stream_options(settings, target(settings).table), settings.collect.interval,
                 lambda: self.board.carried.get(settings.name), database=self.database,
             )  # fmt: skip
             self.poller.feed = self._feed

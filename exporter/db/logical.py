@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from exporter.db.pool import APPLICATION_NAME, connect, translate
 from exporter.db.stream import StreamOptions
+from exporter.model import LogicalTarget
 from exporter.settings import QueueSettings, Settings
 from exporter.settings.table import quote_identifier, quote_table
 from exporter.vocabulary import SLOT_PREFIX
@@ -24,15 +26,19 @@ from exporter.vocabulary import SLOT_PREFIX
 MAX_NAME = 63
 
 
-def is_logical(queue: QueueSettings) -> bool:
-    """True for a queue counted from its change stream (which profiles can is the profiles'
-    business: the start refuses the others, exporter/logical.py)."""
-    return queue.collect.counting == "logical"
+# Which target a queue's profile streams (None: its profile cannot count from a stream). The
+# profiles know (exporter.profiles, a layer above): every caller passes their answer.
+TargetOf = Callable[[QueueSettings], LogicalTarget | None]
 
 
-def logical_queues(settings: Settings) -> list[QueueSettings]:
+def is_logical(queue: QueueSettings, target_of: TargetOf) -> bool:
+    """True for a queue counted from its change stream."""
+    return queue.collect.counting == "logical" and target_of(queue) is not None
+
+
+def logical_queues(settings: Settings, target_of: TargetOf) -> list[QueueSettings]:
     """The queues counted from a change stream."""
-    return [q for q in settings.queues if is_logical(q)]
+    return [q for q in settings.queues if is_logical(q, target_of)]
 
 
 def slot_of(queue: QueueSettings) -> str:
@@ -47,14 +53,14 @@ def publication_of(queue: QueueSettings) -> str:
     return queue.collect.logical_publication or slot_of(queue)
 
 
-def stream_options(queue: QueueSettings) -> StreamOptions:
-    """Where the queue's change stream reads."""
+def stream_options(queue: QueueSettings, table: str | None = None) -> StreamOptions:
+    """Where the queue's change stream reads (``table``: the profile's, else database.table)."""
     assert queue.database.dsn is not None
     return StreamOptions(
         dsn=queue.database.dsn,
         slot=slot_of(queue),
         publication=publication_of(queue),
-        table=queue.database.table,
+        table=table or queue.database.table,
         connect_timeout=queue.database.connect_timeout,
     )
 
@@ -65,12 +71,21 @@ def _role(queue: QueueSettings) -> str:
     return quote_identifier(user) if user else "<the exporter's role>"
 
 
-def setup_script(settings: Settings) -> str:
+def setup_script(settings: Settings, target_of: TargetOf) -> str:
     """The SQL a DBA runs, per logical queue, and the server settings to check."""
-    queues = logical_queues(settings)
+    queues = logical_queues(settings, target_of)
+    refused = [
+        f"-- queue {q.name}: profile {q.profile} cannot count from a change stream yet "
+        "(docs/presets.md); the exporter refuses collect.counting: logical for it"
+        for q in settings.queues
+        if q.collect.counting == "logical" and target_of(q) is None
+    ]
     if not queues:
-        return "-- no queue has collect.counting: logical\n"
+        return (
+            "\n".join([*refused, ""]) if refused else "-- no queue has collect.counting: logical\n"
+        )
     out = [
+        *refused,
         "-- Server settings (postgresql.conf; wal_level needs a restart):",
         "--   wal_level = logical",
         f"--   max_replication_slots and max_wal_senders: {len(queues)} more than in use now",
@@ -84,7 +99,9 @@ def setup_script(settings: Settings) -> str:
         "",
     ]
     for queue in queues:
-        table = quote_table(queue.database.table)
+        target = target_of(queue)
+        assert target is not None
+        table = quote_table(target.table)
         publication = quote_identifier(publication_of(queue))
         out += [
             f"-- queue {queue.name}: slot {slot_of(queue)} (the exporter creates it)",
@@ -99,7 +116,7 @@ def setup_script(settings: Settings) -> str:
     return "\n".join(out)
 
 
-async def check_queue(queue: QueueSettings) -> list[str]:
+async def check_queue(queue: QueueSettings, target: LogicalTarget) -> list[str]:
     """Why the queue cannot count from its change stream (empty: it can); ConnectionError-like
     failures to reach the database come back as DatabaseError."""
     assert queue.database.dsn is not None
@@ -113,16 +130,17 @@ async def check_queue(queue: QueueSettings) -> list[str]:
     except Exception as exc:
         raise translate(exc) from None
     try:
-        return await _problems(conn, queue)
+        return await _problems(conn, queue, target)
     except Exception as exc:
         raise translate(exc) from None
     finally:
         await conn.close()
 
 
-async def _problems(conn: object, queue: QueueSettings) -> list[str]:
+async def _problems(conn: object, queue: QueueSettings, target: LogicalTarget | None) -> list[str]:
     fetchval = conn.fetchval  # type: ignore[attr-defined]
-    name, table = queue.name, queue.database.table
+    assert target is not None
+    name, table = queue.name, target.table
     found: list[str] = []
     wal_level = await fetchval("SELECT current_setting('wal_level')")
     if wal_level != "logical":
@@ -141,9 +159,9 @@ async def _problems(conn: object, queue: QueueSettings) -> list[str]:
     if relation is None:
         return [*found, f"database.table: queue {name}: table {table} does not exist"]
     identity = await fetchval("SELECT relreplident::text FROM pg_class WHERE oid = $1", relation)
-    status = queue.mapping.column("status")
+    status = target.key_column
     if identity != "f":
-        keyed = await fetchval(
+        keyed = status is not None and await fetchval(
             "SELECT EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
             " AND a.attnum = ANY (i.indkey) WHERE i.indrelid = $1 AND a.attname = $2 AND"
             " CASE $3 WHEN 'i' THEN i.indisreplident WHEN 'd' THEN i.indisprimary ELSE false END)",
@@ -151,9 +169,10 @@ async def _problems(conn: object, queue: QueueSettings) -> list[str]:
         )  # fmt: skip
         if not keyed:
             named = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}.get(identity, identity)
+            carried = f"the old {status}" if status is not None else "the whole old row"
             found.append(
                 f"collect.counting: queue {name}: table {table} has REPLICA IDENTITY {named}, "
-                f"which does not carry the old {status} of a change; run ALTER TABLE {table} "
+                f"which does not carry {carried} of a change; run ALTER TABLE {table} "
                 "REPLICA IDENTITY FULL (logical-setup prints it)"
             )
     publication = publication_of(queue)
@@ -198,10 +217,14 @@ async def drop_slot(queue: QueueSettings) -> bool:
     return bool(dropped)
 
 
-async def check_all(settings: Settings) -> tuple[list[str], list[tuple[str, str]]]:
+async def check_all(
+    settings: Settings, target_of: TargetOf
+) -> tuple[list[str], list[tuple[str, str]]]:
     """The refusals of every logical queue, and the queues that could not be checked (why)."""
-    queues = [q for q in logical_queues(settings) if q.database.dsn]
-    results = await asyncio.gather(*(check_queue(q) for q in queues), return_exceptions=True)
+    targets = [(q, target_of(q)) for q in settings.queues if q.collect.counting == "logical"]
+    checked = [(q, t) for q, t in targets if t is not None and q.database.dsn]
+    queues = [q for q, _ in checked]
+    results = await asyncio.gather(*(check_queue(q, t) for q, t in checked), return_exceptions=True)
     problems: list[str] = []
     unchecked: list[tuple[str, str]] = []
     for queue, result in zip(queues, results, strict=True):

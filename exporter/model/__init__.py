@@ -370,3 +370,12 @@ class ConfigStatus:
     last_success_at: float = 0.0  # Unix time (exporter clock: no database is involved)
     last_error: str | None = None  # why the last reload failed, naming the field
     last_failure_at: float | None = None
+
+
+@dataclass(frozen=True)
+class LogicalTarget:
+    """The table a queue's change stream reads, and the column whose old value an identity
+    index must carry (None: only REPLICA IDENTITY FULL gives the old row the counting needs)."""
+
+    table: str
+    key_column: str | None

@@ -40,7 +40,8 @@ PRESETS: dict[str, Preset] = {
                graphile_worker.GraphileWorkerReader, graphile_worker.CAPABILITIES,
                graphile_worker.RETENTION, "graphile_worker_indexes.sql",
                "graphile_worker._private_jobs",
-               ("graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx")),
+               ("graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx"),
+               graphile_worker.LOGICAL),
     )
 }  # fmt: skip
 

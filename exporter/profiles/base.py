@@ -6,18 +6,20 @@ No I/O: a reader hands out :class:`Query` values, the caller runs them (see docs
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
+from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.sqltext import horizon_sessions, sql_blocks
 from exporter.model import (
     CountingMode,
     Coverage,
     JobTypeLabels,
+    LogicalTarget,
     PresetError,
     Query,
     Results,
@@ -25,6 +27,7 @@ from exporter.model import (
     TableShape,
     Tallies,
 )
+from exporter.model.changes import RowChange
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 
@@ -115,13 +118,13 @@ class Profile(Generic[M]):
     # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
     retune: Callable[[QueueSettings, M], None] | None = None
 
-    # Whether collect.counting: logical is built for this profile (its changes counted from the
-    # table's change stream); the start refuses it for the others.
-    streams: bool = False
-
     # The series a queue's own settings leave out (the default profile's result paths);
     # None: ``coverage`` whatever the settings.
     settings_coverage: Callable[[QueueSettings], Coverage] | None = None
+
+    # collect.counting: logical: the table its change stream reads (None: the profile cannot
+    # count from a stream yet, and the exporter refuses the setting; docs/presets.md says why).
+    logical_target: Callable[[QueueSettings], LogicalTarget] | None = None
 
     @property
     def maps_table(self) -> bool:
@@ -142,6 +145,39 @@ class Profile(Generic[M]):
         return self.index_names(settings)
 
 
+class ChangeRules(Protocol):
+    """A preset's transition function: committed row changes of its table into its ledger."""
+
+    @property
+    def lookups(self) -> Mapping[str, str]:
+        """Statements run first in each cycle, whose rows :meth:`look` takes (name -> SQL)."""
+        ...
+
+    def look(self, results: Mapping[str, Sequence[Row]]) -> None:
+        """Take the rows of the lookups, before the cycle's changes are counted."""
+        ...
+
+    def count(self, change: RowChange, commit_time: float) -> None:
+        """Count one committed change of the table."""
+        ...
+
+    def ready(self, change: RowChange) -> bool:
+        """Whether :meth:`count` can name everything the change needs without a lookup."""
+        ...
+
+
+@dataclass(frozen=True)
+class PresetLogical:
+    """How a preset counts from its table's change stream (collect.counting: logical)."""
+
+    # What it can tell from the stream (the gauges stay the reader's).
+    capabilities: dict[str, Exactness]
+    # The preset's transition function, counting into the queue's ledger.
+    rules: Callable[[Ledger], ChangeRules]
+    # Figures no polling preset fills that the stream does (jobs_vanished_total).
+    fills: frozenset[str] = frozenset()
+
+
 @dataclass(frozen=True)
 class Preset:
     """One library: how to read it and what it can tell."""
@@ -158,6 +194,7 @@ class Preset:
     # The library's main table: it must exist, and its OID keys the leader election's lock.
     table: str
     required_indexes: tuple[str, ...] = ()  # the ones index_file creates
+    logical: PresetLogical | None = None  # None: polling only
 
     def index_sql(self) -> str | None:
         """The CREATE INDEX CONCURRENTLY statements this preset needs, if any."""

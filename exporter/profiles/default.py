@@ -13,7 +13,7 @@ from exporter.counting.sqltext import index_name, index_names, render_queries
 from exporter.counting.statuses import StatusValues
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import Coverage, JobTypeLabels, TableShape, Tallies
+from exporter.model import Coverage, JobTypeLabels, LogicalTarget, TableShape, Tallies
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
@@ -106,6 +106,11 @@ def _retune(settings: QueueSettings, mode: DefaultMode) -> None:
     )
 
 
+def _logical_target(settings: QueueSettings) -> LogicalTarget:
+    # An identity index that carries the status column gives the old status; FULL gives more.
+    return LogicalTarget(settings.database.table, settings.mapping.column("status"))
+
+
 DEFAULT: Profile[DefaultMode] = Profile(
     name=DEFAULT_PROFILE,
     coverage=Coverage(),
@@ -117,5 +122,5 @@ DEFAULT: Profile[DefaultMode] = Profile(
     index_names=_index_names,
     check_table=_check_table,
     retune=_retune,
-    streams=True,
+    logical_target=_logical_target,
 )

@@ -11,12 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.counting.gauges import Gauges, Reading, first, reading_of
+from exporter.counting.graphile_changes import GraphileChanges
 from exporter.counting.horizon import Horizon
+from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.terminal import TerminalCursor
 from exporter.model import Query, Results, Row
-from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
+from exporter.profiles.base import (
+    EXACT_GAUGES,
+    Exactness,
+    PresetLogical,
+    RetentionHint,
+    preset_queries,
+)
 from exporter.vocabulary import ERROR
 
 PRESET = "graphile_worker"
@@ -48,11 +56,41 @@ CAPABILITIES: dict[str, Exactness] = {
     "latency": "not exported",
 }
 
+# collect.counting: logical (docs/logical.md): every change of _private_jobs arrives with its
+# whole old row, so what a DELETE erases under polling is counted from the stream
+# (exporter/counting/graphile_changes.py has the rules); the gauges stay the reader's.
+LOGICAL_CAPABILITIES: dict[str, Exactness] = {
+    **CAPABILITIES,
+    "enqueued": "exact",
+    "completed": "exact",
+    "failures": "exact",
+    # A failed attempt (last_error written) is an error, a lost worker's lock freed by
+    # resetLockedAt or force_unlock_workers is lease_expired. last_error is free text: no
+    # deadline kill can be told apart.
+    "failure_reason": "exact",
+    "dead": "exact",
+    # reschedule_jobs of a dead job; graphile-worker has no other requeue.
+    "requeued": "exact",
+    # duration and latency end at the DELETE's commit (the row keeps no completion time),
+    # which follows the task's end by the completeJobs round trip (or completeJobBatchDelay).
+    "wait": "exact",
+    "duration": "exact",
+    "latency": "exact",
+}
+
+
+def _changes(ledger: Ledger) -> GraphileChanges:
+    return GraphileChanges(ledger, preset_queries(PRESET)["tasks"])
+
+
+LOGICAL = PresetLogical(LOGICAL_CAPABILITIES, _changes, fills=frozenset({"vanished"}))
+
 RETENTION = RetentionHint(
     rows_deleted_on_success=True,
     history_kept="permanently failed jobs until deleted by hand; successes are deleted at once",
     warning=(
-        "only deaths are counted: a permanently failed job deleted by hand (remove_job, "
+        "under polling only deaths are counted (collect.counting: logical counts every "
+        "transition from the change stream): a permanently failed job deleted by hand (remove_job, "
         "complete_jobs, cleanup DELETE_PERMAFAILED_JOBS) within one poll interval of its "
         "death is not counted, nor a job failed by hand (permanently_fail_jobs, "
         "reschedule_jobs), nor one force-unlocked on its last attempt within one poll "

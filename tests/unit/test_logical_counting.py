@@ -242,7 +242,7 @@ def test_a_preset_with_logical_counting_is_refused_naming_the_setting(
     assert main(args, {}) == 2
     err = capsys.readouterr().err
     assert "collect.counting: queue shop" in err
-    assert "use polling for a preset" in err
+    assert "use polling for this preset" in err
 
 
 def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:

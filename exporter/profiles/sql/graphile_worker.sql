@@ -85,3 +85,9 @@ FROM graphile_worker._private_jobs j
 JOIN graphile_worker._private_tasks t ON t.id = j.task_id
 WHERE j.id = ANY($2::bigint[]) AND j.locked_at IS NULL AND j.attempts >= j.max_attempts
   AND j.run_at < to_timestamp($1::float8);
+
+-- name: tasks
+-- collect.counting: logical: the task names, read first in each cycle. The change stream names
+-- a job's task by task_id only; _private_tasks holds a row per task identifier ever used.
+SELECT t.id::text AS id, t.identifier
+FROM graphile_worker._private_tasks t;
