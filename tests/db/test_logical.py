@@ -392,9 +392,10 @@ def _refusals(dsn: str, *extra: str) -> str:
     """What the start's checks say of these flags, without serving."""
     from exporter.cli import parse_command_line, settings_from_namespace
     from exporter.db.logical import check_all
+    from exporter.logical import target_of
 
     settings = settings_from_namespace(parse_command_line(_start(dsn, *extra)), {})
-    problems, unchecked = asyncio.run(check_all(settings))
+    problems, unchecked = asyncio.run(check_all(settings, target_of))
     assert not unchecked
     return "\n".join(problems)
 
