@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -28,8 +28,7 @@ from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
 from tests.conftest import execute, fetchval
 from tests.helpers import fast_queue
-from tests.logical_cluster import PUBLICATION, published_database
-from tests.logical_cluster import logical_cluster as logical_cluster_of
+from tests.logical_cluster import PUBLICATION
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
 from tests.truth import assert_exact, expected
 
@@ -37,20 +36,6 @@ pytestmark = pytest.mark.slow
 
 RESULT = {"metrics": {"duration_ms": 250, "cost": {"ai_usd": 0.01, "total_usd": 0.015}}}
 _names = itertools.count()
-
-
-@pytest.fixture(scope="module")
-def logical_cluster() -> Iterator[Cluster]:
-    """A cluster with wal_level=logical and a bounded max_slot_wal_keep_size."""
-    settings = {"max_slot_wal_keep_size": "1GB", "max_prepared_transactions": "4"}
-    with logical_cluster_of(settings) as cluster:
-        yield cluster
-
-
-@pytest.fixture
-async def logical_dsn(logical_cluster: Cluster) -> str:
-    """A fresh queue database whose job table is published with its whole old rows."""
-    return await published_database(logical_cluster, f"logical_{next(_names)}")
 
 
 def logical_queue(dsn: str, base: QueueSettings | None = None) -> QueueSettings:

@@ -6,14 +6,11 @@ before the slot exists is history, as a change before polling's baseline is.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
-from collections.abc import Iterator
 
 import asyncpg
 import pytest
 
-from exporter.demo.cluster import Cluster
 from exporter.demo.queue import JobQueue
 from exporter.demo.tally import Tally
 from exporter.runtime import QueueRuntime
@@ -27,30 +24,17 @@ from tests.db.test_logical import (
     record,
     streaming,
 )
-from tests.logical_cluster import logical_cluster, published_database
 from tests.truth import assert_exact
 
 pytestmark = pytest.mark.slow
 
-_names = itertools.count()
 RATE = 40.0  # jobs a second, each enqueued, claimed and completed
 HELD = 30.0  # seconds the read-only transaction stays open
 ON_TIME = 2.0  # seconds within which every job finished so far is counted
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    settings = {"max_slot_wal_keep_size": "1GB", "max_prepared_transactions": "4"}
-    with logical_cluster(settings) as started:
-        yield started
-
-
-@pytest.fixture
-async def dsn(cluster: Cluster) -> str:
-    return await published_database(cluster, f"horizon_{next(_names)}")
-
-
-async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(dsn: str) -> None:
+async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(logical_dsn: str) -> None:
+    dsn = logical_dsn
     truth = Tally()
     async with streaming(logical_queue(dsn)) as runtime:
         holder = await asyncpg.connect(dsn)
@@ -88,7 +72,8 @@ async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(dsn: str) 
             await conn.close()
 
 
-async def test_a_transaction_prepared_before_the_slot_is_history(dsn: str) -> None:
+async def test_a_transaction_prepared_before_the_slot_is_history(logical_dsn: str) -> None:
+    dsn = logical_dsn
     queue_settings = logical_queue(dsn)
     slot = queue_settings.collect.logical_slot
     conn = await asyncpg.connect(dsn)
