@@ -9,8 +9,9 @@ shows a stale verdict.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import replace
 
 from exporter.model import ConfigStatus, QueueStatus, QueueView
@@ -25,8 +26,9 @@ class Board:
         self._order: list[str] = []
         self._generation = 0
         self.config = ConfigStatus(last_success_at=time.time())
-        # Per queue, the last stream position whose counts a /metrics response carried.
-        self.carried: dict[str, int] = {}
+        # Per queue counted from a change stream: what confirms the stream's slot at a position
+        # whose counts a /metrics response is about to carry (db/follow.py, Follower.served).
+        self.confirmers: dict[str, Callable[[int], Awaitable[None]]] = {}
         # Called (synchronously, on the event loop) after every publication.
         self.listeners: list[Callable[[], None]] = []
 
@@ -47,6 +49,7 @@ class Board:
         """The queues served, in order; the statuses of other queues are dropped."""
         self._order = list(names)
         self._queues = {n: s for n, s in self._queues.items() if n in self._order}
+        self.confirmers = {n: c for n, c in self.confirmers.items() if n in self._order}
         self._changed()
 
     def _changed(self) -> None:
@@ -54,10 +57,17 @@ class Board:
         for listener in self.listeners:
             listener()
 
-    def carry(self, positions: Mapping[str, int]) -> None:
-        """A /metrics response carried the counts up to these positions (by queue)."""
-        for name, position in positions.items():
-            self.carried[name] = max(self.carried.get(name, 0), position)
+    async def carry(self, positions: Mapping[str, int]) -> None:
+        """A /metrics response is about to carry the counts up to these stream positions (by
+        queue): returns once each queue's slot is confirmed there (each waits a bounded time),
+        so a leader killed right after the response leaves its successor none of them."""
+        waits = [
+            confirm(position)
+            for name, position in positions.items()
+            if (confirm := self.confirmers.get(name)) is not None
+        ]
+        if waits:
+            await asyncio.gather(*waits)
 
     def generation(self) -> Hashable:
         """Changes at every publication."""

@@ -88,8 +88,9 @@ class QueueRuntime:
         if target is not None and is_logical(settings, lambda q: target(q)):
             self.follower = Follower(
                 stream_options(settings, target(settings).table), settings.collect.interval,
-                lambda: self.board.carried.get(settings.name), database=self.database,
+                database=self.database,
             )  # fmt: skip
+            self.board.confirmers[settings.name] = self.follower.served
             self.poller.feed = self._feed
             follower = self.follower
             self.poller.slot = lambda: follower.health

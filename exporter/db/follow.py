@@ -2,16 +2,20 @@
 
 Before each cycle the poller awaits :meth:`Follower.feed`: it starts the stream when it does not
 run (the first cycle of a leader, or after an error), hands the counting mode every transaction
-committed since, and tells the stream how far it may confirm the slot (the last position a
-/metrics response carried, or one counted a few intervals ago). It also reads the slot's health
-from pg_replication_slots, and where the stream replaced a lost slot (a gap) it has the mode
-start over from a new baseline. Only the elected collector runs cycles, so only it streams;
+committed since, and tells the stream how far it may confirm a slot nothing scraped (counts a
+few intervals old). A /metrics response awaits :meth:`Follower.served` before it leaves: the
+slot is confirmed at what the response carries, so a leader killed right after a scrape leaves
+its successor nothing a scraper saw. The follower also reads the slot's health from
+pg_replication_slots, and where the stream replaced a lost slot (a gap) it has the mode start
+over from a new baseline. Only the elected collector runs cycles, so only it streams;
 :meth:`Follower.stop` ends the thread when it steps down.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -22,6 +26,12 @@ from exporter.db.stream import ChangeStream, Gap, StreamOptions
 from exporter.model import SlotHealth
 from exporter.model.changes import Transaction
 
+log = logging.getLogger(__name__)
+
+# How long a /metrics response waits for the stream to send the position it carries: a few
+# milliseconds on a live connection; past this the response leaves anyway (the stream may be
+# reconnecting) and the position is sent with the next feedback.
+SERVED_WAIT = 1.0
 # While nothing scrapes, counts this many intervals old are confirmed anyway, so a missing
 # Prometheus cannot pin WAL; a scrape confirms them at once.
 CONFIRM_AFTER_INTERVALS = 3
@@ -56,13 +66,11 @@ class Follower:
         self,
         options: StreamOptions,
         interval: float,
-        carried: Callable[[], int | None],
         monotonic: Callable[[], float] = time.monotonic,
         database: Database | None = None,
     ) -> None:
         self.stream = ChangeStream(options)
         self.confirmation = Confirmation(CONFIRM_AFTER_INTERVALS * interval)
-        self._carried = carried
         self._monotonic = monotonic
         self.database = database  # the pool the slot's health is read with
         # The end of the last commit handed to a mode: after a reconnect the server sends
@@ -74,6 +82,9 @@ class Follower:
         # The slot as the server reported it at the last feed; None before the slot exists,
         # or when the database did not answer.
         self.health: SlotHealth | None = None
+        # Responses waiting until the stream has sent their position: (position, future).
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def feed(self, mode: Counting, rebaseline: Callable[[], Counting]) -> None:
         """Hand ``mode`` what committed since the last feed (after a gap, to the mode that
@@ -81,6 +92,8 @@ class Follower:
         next feed)."""
         stream = self.stream
         if not stream.running:
+            self._loop = asyncio.get_running_loop()
+            stream.on_feedback = self._sent
             stream.start()
         # Before the drain, so that a failed read never drops what the drain took (it is not
         # confirmed, but a running stream would not send it again); also while the stream
@@ -101,10 +114,45 @@ class Follower:
             mode.take(fresh)
         now = self._monotonic()
         self.confirmation.counted(self.position, now)
-        carried = self._carried()
-        if carried is not None and carried > self._carried_floor:
-            self.confirmation.carried(min(carried, self.position))
         stream.confirm(self.confirmation.position(now), self.gaps)
+
+    async def served(self, position: int) -> None:
+        """A /metrics response is about to carry the counts up to ``position``: confirm the slot
+        there, and return once the stream has sent that to the server (or after SERVED_WAIT).
+        What remains: a response lost after it left, and a second scraper that missed it."""
+        # A position at or below the floor is of a lost slot: never one to confirm its
+        # successor at.
+        if position <= self._carried_floor or not self.stream.running:
+            return
+        self.confirmation.carried(min(position, self.position))
+        target = self.confirmation.position(self._monotonic())
+        if target <= self.stream.confirmed_lsn or self.stream.gaps != self.gaps:
+            return  # sent already; or a gap not drained yet, whose positions are the old slot's
+        sent = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, sent))
+        self.stream.confirm(target, self.gaps)
+        try:
+            if target > self.stream.confirmed_lsn:  # the thread may have been quicker
+                await asyncio.wait_for(sent, SERVED_WAIT)
+        except TimeoutError:
+            log.debug(
+                "a /metrics response left before the stream confirmed what it carries",
+                extra={"fields": {"slot": self.stream.options.slot, "position": target}},
+            )
+        finally:
+            self._waiters = [(p, f) for p, f in self._waiters if f is not sent]
+
+    def _sent(self, position: int) -> None:
+        # On the stream's thread: the futures belong to the event loop.
+        loop = self._loop
+        if loop is not None and self._waiters:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(self._release, position)
+
+    def _release(self, position: int) -> None:
+        for waited, future in self._waiters:
+            if waited <= position and not future.done():
+                future.set_result(None)
 
     def _new_baseline(self) -> None:
         # The new slot's positions start anew (on a promoted standby they may even be lower

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import queue
 import select
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +109,15 @@ class ChangeStream:
         self.gaps = 0  # slots found lost and replaced, in this process
         self._known = False  # the slot existed while this process read it: gone now is a gap
         self._lock = threading.Lock()  # a gap's reset against the event loop's confirm
+        # Called on the thread after each feedback, with the position it confirmed: a scrape
+        # waits for it before its response leaves (db/follow.py, Follower.served).
+        self.on_feedback: Callable[[int], None] | None = None
+        # The event loop wakes the thread through this pipe, so a position to confirm leaves
+        # at once instead of after the thread's next sleep on a quiet socket.
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        weakref.finalize(self, _close, self._wake_read, self._wake_write)
 
     @property
     def running(self) -> bool:
@@ -127,6 +138,7 @@ class ChangeStream:
         """Stop the thread and close its connection; what was not drained is dropped (it was
         not confirmed, so the next reader of the slot gets it again)."""
         self._stop.set()
+        self._wake()
         if self._thread is not None:
             self._thread.join(timeout)
         self._thread = None
@@ -150,8 +162,15 @@ class ChangeStream:
         """Let the slot be confirmed up to ``lsn`` (the end of a counted, scraped commit);
         ignored unless the caller has taken all ``gaps`` (its position is of a lost slot)."""
         with self._lock:
-            if gaps == self.gaps:
-                self._confirm = max(self._confirm, lsn)
+            if gaps != self.gaps:
+                return
+            self._confirm = max(self._confirm, lsn)
+        if lsn > self.confirmed_lsn:
+            self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the thread is woken already
+            os.write(self._wake_write, b"\0")
 
     # --- the thread ---------------------------------------------------------------------
 
@@ -254,10 +273,13 @@ class ChangeStream:
         sent_at = 0.0
         while not self._stop.is_set():
             if self._queue.qsize() >= MAX_BUFFERED:
-                if time.monotonic() - sent_at >= FEEDBACK_EVERY:
+                now = time.monotonic()
+                if self._target(reader, idle=False) > self.confirmed_lsn or (
+                    now - sent_at >= FEEDBACK_EVERY
+                ):
                     self._feedback(cur, reader, idle=False)
-                    sent_at = time.monotonic()
-                self._stop.wait(WAIT)
+                    sent_at = now
+                self._sleep()
                 continue
             message = cur.read_message()
             if message is not None:
@@ -276,10 +298,17 @@ class ChangeStream:
                 self._feedback(cur, reader, idle=message is None)
                 sent_at = now
             if message is None:
-                select.select([cur], [], [], WAIT)
+                self._sleep(cur)
         # Stopping (a standby now, or shutting down): what the event loop allowed last is
         # confirmed, so a successor does not count again what a scrape already carried.
         self._feedback(cur, reader, idle=False)
+
+    def _sleep(self, *sockets: Any) -> None:
+        """Wait for the server (when given its cursor), a wake-up from the event loop, or WAIT."""
+        select.select([*sockets, self._wake_read], [], [], WAIT)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_read, 64):
+                pass
 
     def _target(self, reader: TransactionReader, *, idle: bool) -> int:
         target = self._confirm
@@ -292,6 +321,8 @@ class ChangeStream:
     def _feedback(self, cur: Any, reader: TransactionReader, *, idle: bool) -> None:
         self.confirmed_lsn = max(self.confirmed_lsn, self._target(reader, idle=idle))
         cur.send_feedback(write_lsn=self.confirmed_lsn, flush_lsn=self.confirmed_lsn, force=True)
+        if self.on_feedback is not None:
+            self.on_feedback(self.confirmed_lsn)
 
 
 class TransactionReader:
@@ -351,6 +382,12 @@ class TransactionReader:
                 continue
             row[column] = value if isinstance(value, str) or value is None else None
         return row
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -60,10 +60,12 @@ class Exposition:
                 self.refresh()
             assert self._pending is not None
             await asyncio.shield(self._pending)
-        assert self._body is not None
-        # Served: what it counts may now be confirmed on the queue's slot.
-        self.board.carry(self._positions)
-        return self._body
+        body, positions = self._body, self._positions
+        assert body is not None
+        # Before it leaves: a scraper that gets these counts must never see them counted again
+        # by a successor (docs/logical.md, "Confirming the slot").
+        await self.board.carry(positions)
+        return body
 
     async def _render(self) -> None:
         try:

@@ -127,14 +127,30 @@ async def test_a_new_generation_with_the_same_verdict_is_served_one_rendering_la
     assert board.renders == 2
 
 
-async def test_a_served_body_marks_its_stream_positions_carried_and_no_later_one() -> None:
+async def test_a_body_leaves_only_once_its_stream_positions_are_confirmed() -> None:
     board = CountingBoard()
     board.publish(QueueStatus(view(up=True, fresh_until=10.0, position=500), None, None, None))
+    confirmed: list[int] = []
+    release = asyncio.Event()
+
+    async def confirm(position: int) -> None:
+        await release.wait()  # the stream has not sent it yet
+        confirmed.append(position)
+
+    board.confirmers["orders"] = confirm
     exposition = Exposition(board)
-    assert board.carried == {}  # rendered is not served
-    await exposition.body()
-    assert board.carried == {"orders": 500}
+    exposition.refresh()
+    assert exposition._pending is not None
+    await exposition._pending
+    assert confirmed == []  # rendered is not served
+    scrape = asyncio.create_task(exposition.body())
+    await asyncio.sleep(0.05)
+    assert not scrape.done()  # the response waits for the slot
+    release.set()
+    body = await scrape
+    assert confirmed == [500]
+    assert b"orders" in body["identity"]
     # Counted later but not yet rendered: a scrape of the older body carries only 500.
     board.publish(QueueStatus(view(up=True, fresh_until=10.0, position=900), None, None, None))
-    board.carry({"orders": 400})  # never backwards
-    assert board.carried == {"orders": 500}
+    await exposition.body()
+    assert confirmed[-1] == 500

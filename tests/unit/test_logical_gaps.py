@@ -3,6 +3,7 @@ scripted replication cursor, and the follower's new baseline on a scripted strea
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -112,6 +113,8 @@ class ScriptedStream:
         self.items = list(items)
         self.gaps = sum(isinstance(i, Gap) for i in items)
         self.confirmed: list[tuple[int, int]] = []
+        self.confirmed_lsn = 0
+        self.sends = True  # False: a stream that never gets its feedback out
         self.running = True
         self.options = OPTIONS
 
@@ -121,6 +124,8 @@ class ScriptedStream:
 
     def confirm(self, lsn: int, gaps: int = 0) -> None:
         self.confirmed.append((lsn, gaps))
+        if gaps == self.gaps and self.sends:
+            self.confirmed_lsn = max(self.confirmed_lsn, lsn)
 
 
 class Mode:
@@ -140,8 +145,7 @@ def tx(end: int) -> Transaction:
 
 
 async def test_after_a_gap_the_new_slots_changes_go_to_a_new_baseline() -> None:
-    carried = [500]
-    follower = Follower(OPTIONS, 1.0, lambda: carried[0])
+    follower = Follower(OPTIONS, 1.0)
     # On a promoted standby the new slot's positions may be lower than the old slot's.
     stream = ScriptedStream(tx(400), tx(500), Gap("s", "wal_status lost"), tx(300), tx(350))
     follower.stream = stream  # type: ignore[assignment]
@@ -151,11 +155,48 @@ async def test_after_a_gap_the_new_slots_changes_go_to_a_new_baseline() -> None:
     assert new.taken == [300, 350]  # not filtered by the old slot's position
     assert follower.gaps == 1
     assert follower.position == 350
-    # The board still carries the old slot's 500: never a position to confirm the new one at.
     assert stream.confirmed == [(0, 1)]
-    carried[0] = 350  # lower than the floor: still of the old slot as far as anyone can tell
+    # A body rendered before the gap carries the old slot's 500; 350 is no higher than the
+    # floor, so it too may be of the old slot: neither is a position to confirm the new one at.
+    await follower.served(500)
+    await follower.served(350)
     await follower.feed(new, lambda: Mode())
     assert stream.confirmed[-1] == (0, 1)
+    assert all(lsn == 0 for lsn, _ in stream.confirmed)
+
+
+async def test_a_served_position_is_confirmed_before_the_response_leaves() -> None:
+    follower = Follower(OPTIONS, 1.0)
+    stream = ScriptedStream(tx(100), tx(200))
+    follower.stream = stream  # type: ignore[assignment]
+    await follower.feed(Mode(), Mode)
+    assert stream.confirmed_lsn == 0  # counted, never scraped, not three intervals old
+    await follower.served(200)
+    assert stream.confirmed[-1] == (200, 0)
+    assert stream.confirmed_lsn == 200
+    await follower.served(150)  # an older body: nothing to send again
+    assert len(stream.confirmed) == 2
+    await follower.served(900)  # never past what was counted
+    assert stream.confirmed_lsn == 200
+
+
+async def test_a_response_waits_a_bounded_time_for_a_stream_that_cannot_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("exporter.db.follow.SERVED_WAIT", 0.05)
+    follower = Follower(OPTIONS, 1.0)
+    stream = ScriptedStream(tx(100))
+    stream.sends = False
+    follower.stream = stream  # type: ignore[assignment]
+    await follower.feed(Mode(), Mode)
+    started = time.monotonic()
+    await follower.served(100)
+    assert stream.confirmed[-1] == (100, 0)  # asked for, and sent with a later feedback
+    assert time.monotonic() - started < 1.0
+    stream.running = False
+    before = list(stream.confirmed)
+    await follower.served(100)  # a standby, or a stream down: nothing to wait for
+    assert stream.confirmed == before
 
 
 class Refusal(Exception):
@@ -253,7 +294,7 @@ async def test_a_failed_health_read_leaves_the_changes_for_the_next_feed() -> No
                     "safe_wal_size": None}  # fmt: skip
 
     database = Down()
-    follower = Follower(OPTIONS, 1.0, lambda: None, database=database)  # type: ignore[arg-type]
+    follower = Follower(OPTIONS, 1.0, database=database)  # type: ignore[arg-type]
     follower.stream = ScriptedStream(tx(100), tx(200))  # type: ignore[assignment]
     mode = Mode()
     with pytest.raises(DatabaseError):
