@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.counting.changes import ChangeCounter
-from exporter.counting.snapshot import DeadLetter, active_by_type
-from exporter.counting.statuses import row_notice, stats_notices
+from exporter.counting.snapshot import DeadLetter, gauges
+from exporter.counting.statuses import stats_notices, unmapped_notices
 from exporter.counting.transitions import CursorOptions
 from exporter.model import (
     Collected,
@@ -24,7 +24,6 @@ from exporter.model import (
     Notice,
     Query,
     Row,
-    Snapshot,
     Tallies,
 )
 from exporter.model.changes import Transaction
@@ -100,22 +99,10 @@ class LogicalMode:
         # A recount sees every change committed before its snapshot, and perhaps some that are
         # not handed over yet: those adjust it until the next recount.
         dead = self.dead_letter.update(self._cycle, dead_rows, counter.dead_delta)
-        if statuses is not None:
-            notices += [
-                row_notice(statuses, key, text, self._stats_values)
-                for key, text in counter.unmapped_new
-            ]
-        counter.unmapped_new.clear()
+        notices += unmapped_notices(statuses, counter.unmapped_new, self._stats_values)
         if counter.truncates > self._truncates_seen:
             self._truncates_seen = counter.truncates
             notices.append(Notice(TRUNCATE_MESSAGE, {"table": self.mapping.name}))
-        snapshot = Snapshot(
-            taken_at=now,
-            active=active_by_type(rows),
-            dead=dead,
-            done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
-        )
-        for job_type in [*snapshot.active, *dead]:
-            self.labels.label(job_type)
+        snapshot = gauges(now, rows, dead, done_rows, self.labels)
         read, self._changes_at_cycle = counter.changes - self._changes_at_cycle, counter.changes
         return Collected(snapshot=snapshot, counting=True, rows_read=read, notices=tuple(notices))

@@ -149,6 +149,16 @@ def row_notice(
     return Notice(ROW_MESSAGE, _fields(statuses, key, closest_status(text, statuses, seen)))
 
 
+def unmapped_notices(
+    statuses: StatusValues | None, unmapped: list[tuple[str, str | None]], seen: Iterable[str]
+) -> list[Notice]:
+    """The notices of the values first read in changed rows since the last call (``unmapped``,
+    which is emptied: each is said once)."""
+    notices = [] if statuses is None else [row_notice(statuses, k, t, seen) for k, t in unmapped]
+    unmapped.clear()
+    return notices
+
+
 def stats_notices(statuses: StatusValues, values: Iterable[str], named: set[str]) -> list[Notice]:
     """One notice per value of the statistics that no status maps and ``named`` lacks (it is
     added, up to MAX_NAMED values)."""

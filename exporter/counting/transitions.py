@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from exporter.counting.changefeed import ChangeFeed
 from exporter.counting.horizon import Horizon
-from exporter.counting.snapshot import DeadLetter, active_by_type
-from exporter.counting.statuses import row_notice, stats_notices
+from exporter.counting.snapshot import DeadLetter, gauges
+from exporter.counting.statuses import stats_notices, unmapped_notices
 from exporter.counting.tracker import Tracker, TrackerOptions
 from exporter.model import (
     Collected,
@@ -27,7 +27,6 @@ from exporter.model import (
     Notice,
     Query,
     Row,
-    Snapshot,
     Tallies,
 )
 from exporter.vocabulary import Status
@@ -149,20 +148,8 @@ class TransitionCursor:
                 tracker.forget([i for i in check_ids if i not in existing])
             tracker.finish(now, floor=feed.floor())
         dead = self.dead_letter.update(self._cycle, dead_rows, tracker.dead_delta)
-        snapshot = Snapshot(
-            taken_at=now,
-            active=active_by_type(snapshot_rows),
-            dead=dead,
-            done={r["job_type"]: r["jobs"] for r in done_rows} if done_rows is not None else None,
-        )
-        for job_type in [*snapshot.active, *dead]:
-            self.labels.label(job_type)
-        if statuses is not None:
-            notices += [
-                row_notice(statuses, key, text, self._stats_values)
-                for key, text in tracker.unmapped_new
-            ]
-        tracker.unmapped_new.clear()
+        snapshot = gauges(now, snapshot_rows, dead, done_rows, self.labels)
+        notices += unmapped_notices(statuses, tracker.unmapped_new, self._stats_values)
         hidden = feed.horizon is not None and feed.horizon.hidden > 0
         return Collected(
             snapshot=snapshot,
