@@ -126,8 +126,8 @@ def render(results: list[dict[str, Any]]) -> str:
     """A Markdown table of each mode's cost, side by side per rate."""
     lines = [
         "| jobs/s (target) | counting | jobs/s | exporter CPU | exporter µs / change | "
-        "walsender CPU | walsender µs / change | WAL / job | counters |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "walsender CPU | walsender µs / change | WAL / job | scrape median / max | counters |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         exact = "exact" if r["exact"] else "**off**"
@@ -136,6 +136,7 @@ def render(results: list[dict[str, Any]]) -> str:
             f"{r['cpu_pct']:.1f} % | {r['exporter_us_per_change']:,.0f} | "
             f"{r['walsender_cpu_pct']:.1f} % | {r['walsender_us_per_change']:,.0f} | "
             f"{r['wal_bytes_per_job']:,.0f} B | "
+            f"{(r['median_scrape_s'] or 0) * 1000:.1f} / {(r['max_scrape_s'] or 0) * 1000:.1f} ms | "
             f"{exact} ({r['completed'][0]:,.0f} = {r['completed'][1]:,}) |"
         )
     return "\n".join(lines)

@@ -67,6 +67,7 @@ class Samples:
     """What sampling the exporter's /metrics saw."""
 
     durations: list[float] = field(default_factory=list)  # one per finished collection
+    scrapes: list[float] = field(default_factory=list)  # seconds each /metrics answer took
     max_query: dict[str, float] = field(default_factory=dict)
     tracked: int = 0
     rss: int = 0
@@ -101,8 +102,14 @@ async def sample_loop(
     # A stopped exporter (--catch-up) answers nothing: a short timeout, and sample again.
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
         while not stop.is_set():
+            started = time.monotonic()
             try:
-                m = await scrape(session, port)
+                async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                    text = await resp.text()
+                # A logical queue's answer waits for its slot's confirmation: this is its cost
+                # (the parse below is the bench's own).
+                out.scrapes.append(time.monotonic() - started)
+                m = parse(text)
             except (aiohttp.ClientError, TimeoutError):
                 m = {}
             if m:
@@ -266,6 +273,8 @@ async def run_one(
             collections=len(samples.durations),
             median_collection_s=statistics.median(samples.durations) if samples.durations else None,
             max_collection_s=max(samples.durations, default=None),
+            median_scrape_s=statistics.median(samples.scrapes) if samples.scrapes else None,
+            max_scrape_s=max(samples.scrapes, default=None),
             max_query_s=max(samples.max_query.values(), default=None),
             slowest_query=max(samples.max_query, key=samples.max_query.__getitem__, default=None),
             tracked_max=samples.tracked,
