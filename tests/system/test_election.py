@@ -49,7 +49,9 @@ class Process:
         return self.popen.poll() is None
 
 
-def start_exporter(name: str, dsn: str, tmp_path: Path) -> Process:
+def start_exporter(
+    name: str, dsn: str, tmp_path: Path, *extra: str, interval: float = INTERVAL
+) -> Process:
     """``python -m exporter`` for the queue, the DSN in its environment (never in argv)."""
     port = free_port()
     log = tmp_path / f"{name}.log"
@@ -57,10 +59,11 @@ def start_exporter(name: str, dsn: str, tmp_path: Path) -> Process:
         popen = subprocess.Popen(
             [
                 sys.executable, "-m", "exporter",
-                f"--collect.interval={INTERVAL}s",
+                f"--collect.interval={interval}s",
                 f"--queue.name={QUEUE}",
                 f"--web.listen-address=127.0.0.1:{port}",
                 "--log.level=debug",
+                *extra,
             ],
             cwd=ROOT,
             env={**os.environ, "JOBQUEUE_EXPORTER_DSN": dsn},
