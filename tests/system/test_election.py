@@ -11,96 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from exporter.demo.cluster import Cluster, free_port
+from exporter.demo.cluster import Cluster
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import prepare_database
-from tests.helpers import Samples, get, parse, wait_for_completions
+from tests.helpers import wait_for_completions
+from tests.system.exporters import (
+    QUEUE,
+    SERIES,
+    Process,
+    counter,
+    exports_queue,
+    leader,
+    scrape,
+    start_exporter,
+    stop_all,
+    until,
+    up,
+)
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
-QUEUE = "jobs"
 INTERVAL = 2.0
-SERIES = "jobqueue_jobs_completed_total"
-
-
-@dataclass
-class Process:
-    """One exporter subprocess and the port it serves."""
-
-    name: str
-    port: int
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-
-def start_exporter(
-    name: str, dsn: str, tmp_path: Path, *extra: str, interval: float = INTERVAL
-) -> Process:
-    """``python -m exporter`` for the queue, the DSN in its environment (never in argv)."""
-    port = free_port()
-    log = tmp_path / f"{name}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(
-            [
-                sys.executable, "-m", "exporter",
-                f"--collect.interval={interval}s",
-                f"--queue.name={QUEUE}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=debug",
-                *extra,
-            ],
-            cwd=ROOT,
-            env={**os.environ, "JOBQUEUE_EXPORTER_DSN": dsn},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    return Process(name, port, popen, log)
-
-
-async def scrape(process: Process) -> Samples | None:
-    """The process's samples, or None while it does not answer."""
-    try:
-        status, body, _ = await get(process.port, "/metrics")
-    except (aiohttp.ClientError, OSError, TimeoutError):
-        return None
-    return parse(body) if status == 200 else None
-
-
-def exports_queue(samples: Samples | None) -> bool:
-    """True when the exposition carries the queue's counters (only a collector's does)."""
-    return bool(samples) and any(
-        name == SERIES and ("queue", QUEUE) in labels
-        for name, labels in samples  # type: ignore[union-attr]
-    )
-
-
-def leader(samples: Samples | None) -> float | None:
-    return None if not samples else samples.get(("jobqueue_exporter_leader", (("queue", QUEUE),)))
-
-
-def up(samples: Samples | None) -> float | None:
-    return None if not samples else samples.get(("jobqueue_up", (("queue", QUEUE),)))
-
-
-def counter(samples: Samples, name: str) -> float:
-    """A counter summed over the queue's job types (and reasons)."""
-    return sum(v for (n, labels), v in samples.items() if n == name and ("queue", QUEUE) in labels)
 
 
 @dataclass
@@ -141,29 +80,11 @@ async def sampling(processes: list[Process]) -> AsyncIterator[Sampler]:
             raise error
 
 
-async def until(process: Process, check: object, within: float = 60.0) -> Samples:
-    """Scrape until ``check(samples)`` holds."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        assert process.alive(), process.log.read_text()[-3000:]
-        samples = await scrape(process)
-        if samples is not None and check(samples):  # type: ignore[operator]
-            return samples
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{process.name} never got there; log:\n{process.log.read_text()[-3000:]}")
-
-
 @pytest.fixture
 def processes() -> Iterator[list[Process]]:
     started: list[Process] = []
     yield started
-    for process in started:
-        if process.alive():
-            process.popen.send_signal(signal.SIGTERM)
-            try:
-                process.popen.wait(30)
-            except subprocess.TimeoutExpired:
-                process.popen.kill()
+    stop_all(started)
 
 
 async def test_one_collector_at_a_time_and_a_takeover_that_counts_exactly(
@@ -178,10 +99,10 @@ async def test_one_collector_at_a_time_and_a_takeover_that_counts_exactly(
     fleet = Fleet(dsn, config)
     try:
         await fleet.start()
-        first = start_exporter("first", dsn, tmp_path)
+        first = start_exporter("first", dsn, tmp_path, INTERVAL)
         processes.append(first)
         await until(first, lambda s: leader(s) == 1 and exports_queue(s))
-        second = start_exporter("second", dsn, tmp_path)
+        second = start_exporter("second", dsn, tmp_path, INTERVAL)
         processes.append(second)
         # Leader 0 holds from the start (the lock is not taken yet): wait for the standby that
         # reached the database and saw the lock held.
@@ -225,7 +146,7 @@ async def test_one_collector_at_a_time_and_a_takeover_that_counts_exactly(
             assert fleet.errors == 0
 
             # --- Failover with the fleet running: measure what it loses.
-            third = start_exporter("third", dsn, tmp_path)
+            third = start_exporter("third", dsn, tmp_path, INTERVAL)
             processes.append(third)
             await until(third, lambda s: leader(s) == 0 and up(s) == 1)
             fleet.resume()
