@@ -12,7 +12,7 @@ import asyncpg
 from bench.plans import explain
 from bench.stats import median, percentile
 from bench.timed import bench_queue, started_poller, timed_cycle
-from exporter.counting.changefeed import FOREVER
+from exporter.counting.change_cursor import FOREVER
 from exporter.counting.results import ResultPaths
 from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.sqltext import render_queries

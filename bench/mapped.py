@@ -22,7 +22,7 @@ from bench.plans import explain
 from bench.processes import unique_name
 from bench.stats import median
 from bench.timed import bench_queue, started_poller, timed_cycle
-from exporter.counting.changefeed import FOREVER
+from exporter.counting.change_cursor import FOREVER
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import index_statements, render_queries
 from exporter.db.catalog import inspect_table

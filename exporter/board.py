@@ -27,7 +27,7 @@ class Board:
         self._generation = 0
         self.config = ConfigStatus(last_success_at=time.time())
         # Per queue counted from a change stream: what confirms the stream's slot at a position
-        # whose counts a /metrics response is about to carry (db/follow.py, Follower.served).
+        # whose counts a /metrics response is about to carry (db/slot_follower.py, Follower.served).
         self.confirmers: dict[str, Callable[[int], Awaitable[None]]] = {}
         # Called (synchronously, on the event loop) after every publication.
         self.listeners: list[Callable[[], None]] = []

@@ -286,7 +286,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command == INDEXES:
         return _print_indexes(settings)
     if command in (LOGICAL_SETUP, LOGICAL_DROP):
-        from exporter.logical import logical_command
+        from exporter.slot_commands import logical_command
 
         return logical_command(command, settings)
     from exporter.demo import demo_queue, run_demo
@@ -312,7 +312,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     try:
         if command == DEMO:
-            from exporter.logical import refuse_demo
+            from exporter.slot_commands import refuse_demo
 
             refuse_demo(settings)
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
@@ -320,7 +320,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             return run_demo(settings)
         log_start(settings.queues)  # the start line first, then what the catalog check says
         _checked_tables(settings)
-        from exporter.logical import check_logical
+        from exporter.slot_commands import check_logical
 
         check_logical(settings)
     except ConfigError as exc:

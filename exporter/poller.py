@@ -80,7 +80,7 @@ class Poller:
         # (collector, holds the lock, reachable, why not) of the queue's election; None: no
         # election, this exporter always collects.
         self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
-        # Feed the logical mode (Any: db/follow.py) what committed since; read its slot's health.
+        # Feed the logical mode (db/slot_follower.py) what committed since; read its slot's health.
         self.feed: Callable[[Any], Awaitable[None]] | None = None
         self.slot: Callable[[], SlotHealth | None] | None = None
         # The poller clears its error on success; the status page keeps the last one, and when.

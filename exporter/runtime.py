@@ -14,8 +14,8 @@ from typing import Any
 
 from exporter.board import Board
 from exporter.db import Connections, ConnectOptions, Database
-from exporter.db.follow import Follower
-from exporter.db.logical import is_logical, stream_options
+from exporter.db.slot_follower import Follower
+from exporter.db.slot_setup import is_logical, stream_options
 from exporter.election import Election
 from exporter.logs import log_fields
 from exporter.poller import Poller
@@ -104,7 +104,7 @@ class QueueRuntime:
 
     async def _feed(self, mode: Any) -> None:
         # Any: a queue with a follower counts with the default profile's logical mode, whose
-        # take() and position the follower uses (db/follow.py, Counting).
+        # take() and position the follower uses (db/slot_follower.py, Counting).
         assert self.follower is not None
         await self.follower.feed(mode, self._rebaseline)
 

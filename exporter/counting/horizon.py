@@ -55,7 +55,7 @@ class Horizon(Generic[T]):
     last_id: int | None = None
     read_at: float | None = None
     # least(now(), xact_start of every other transaction that has written): the transition
-    # cursor re-reads past its held bound from here (exporter/counting/changefeed.py).
+    # cursor re-reads past its held bound from here (exporter/counting/change_cursor.py).
     writers_bound: T | None = None
 
     @staticmethod

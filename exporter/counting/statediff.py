@@ -22,7 +22,7 @@ from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 
 @dataclass(frozen=True)
-class JobState:
+class RowState:
     """What the reader last knew of one job: the figures of its row that the deltas come from."""
 
     state: str
@@ -35,7 +35,7 @@ class JobState:
 
 
 @dataclass
-class Change:
+class StateDelta:
     """What happened to one job between two versions of its row."""
 
     completed: int = 0
@@ -71,7 +71,7 @@ class StateNames:
         """The states a job ends in (until put back by hand)."""
         return frozenset({self.completed, self.cancelled, self.discarded})
 
-    def change(self, before: JobState, now: JobState, kinds: list[str]) -> Change:
+    def change(self, before: RowState, now: RowState, kinds: list[str]) -> StateDelta:
         """The deltas between two versions of one job's row; ``kinds`` bounds each error entry.
 
         Every fetch adds 1 to ``attempt`` (a snooze takes it back and counts in ``snoozed``),
@@ -80,7 +80,7 @@ class StateNames:
         state (completed; discarded by a rescuer that leaves no entry). So the attempts that
         ended and left no trace of their own are the end state's.
         """
-        out = Change()
+        out = StateDelta()
         terminal = self.terminal
         ended = now.state in terminal and (
             before.state != now.state or before.ended_at != now.ended_at
@@ -111,7 +111,7 @@ class StateNames:
         out.retried = len(out.failures) - (out.dead is not None)
         return out
 
-    def _ended(self, out: Change, state: str, reason: str | None, kinds: list[str]) -> None:
+    def _ended(self, out: StateDelta, state: str, reason: str | None, kinds: list[str]) -> None:
         if state == self.completed:
             out.completed = 1
         elif state == self.cancelled:
@@ -119,10 +119,10 @@ class StateNames:
         else:
             out.dead = reason or (kinds[-1] if kinds else ERROR)
 
-    def returned(self, now: JobState, kinds: list[str]) -> Change:
+    def returned(self, now: RowState, kinds: list[str]) -> StateDelta:
         """A finished job the reader had forgotten, back by hand since the previous snapshot:
         an end it shows is new; its figures before the retry are gone (not counted)."""
-        out = Change(by_hand=1)
+        out = StateDelta(by_hand=1)
         if now.state in self.terminal:
             self._ended(out, now.state, None, kinds)
         if out.dead is not None:
@@ -150,7 +150,7 @@ class StateDiffReader(LedgerReader):
         self.templates = self.sql
         self.sql = self._with_states(self.states.active - self.states.optional)
         self._states_known = not self.states.optional
-        self.known: dict[int, JobState] = {}
+        self.known: dict[int, RowState] = {}
         self.ids = IdWatermark()  # which ids are new: above the watermark and never seen
         # The windows' timestamp bound and the previous xmin.
         self.cursor = TerminalCursor(margin=self.clock_margin)
@@ -228,11 +228,11 @@ class StateDiffReader(LedgerReader):
             # snapshot (docs/presets.md, "Oban": attempts failed in between are not counted).
             delta = self.states.returned(now, kinds)
         else:
-            delta = self.states.change(before or JobState(self.states.inserted), now, kinds)
+            delta = self.states.change(before or RowState(self.states.inserted), now, kinds)
         self._record(worker, row, delta, inserted)
         self.known[job_id] = now
 
-    def _record(self, worker: str, row: Row, delta: Change, inserted: bool) -> None:
+    def _record(self, worker: str, row: Row, delta: StateDelta, inserted: bool) -> None:
         ledger = self.ledger
         if inserted:
             ledger.enqueued(worker)
@@ -262,9 +262,9 @@ class StateDiffReader(LedgerReader):
                 del self.known[job_id]
 
 
-def _state_of(row: Row) -> JobState:
+def _state_of(row: Row) -> RowState:
     ended_at = row["ended_at"]
-    return JobState(
+    return RowState(
         state=str(row["state"]),
         attempt=int(row["attempt"]),
         errors=int(row["errors"]),

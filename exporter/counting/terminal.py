@@ -56,7 +56,7 @@ class TerminalCursor:
 
 
 @dataclass(frozen=True)
-class JobState:
+class KnownJob:
     """What was last known of one job."""
 
     state: str
@@ -70,7 +70,7 @@ class ActiveSet:
     """The jobs a window can still return, by id, with their last known state."""
 
     active_states: frozenset[str]
-    known: dict[str, JobState] = field(default_factory=dict)
+    known: dict[str, KnownJob] = field(default_factory=dict)
 
     def finished(self) -> int:
         """How many of the known jobs are finished: kept until the cursor passes them."""

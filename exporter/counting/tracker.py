@@ -1,12 +1,12 @@
 """Pure logic that turns changed rows into exact transition counts; no I/O.
 
-The queue keeps no event log, only each job's current row. Every transition sets
-``updated_at = now()``; the change cursor (exporter/counting/changefeed.py) hands the tracker each
-changed row about once, in ``updated_at`` order, and tells it the *floor* below which no row
-will be read again. Rows read twice (the baseline's active rows, or a fallback window) are
-recognised by comparing with the last state the tracker saw of the same job, and the number of
-attempts tells how many attempts ended in between, however many transitions happened between
-two reads. See docs/exactness.md for the argument and its limits.
+The queue keeps no event log, only each job's current row. Every transition sets ``updated_at =
+now()``; the change cursor (exporter/counting/change_cursor.py) hands the tracker each changed
+row about once, in ``updated_at`` order, and tells it the *floor* below which no row will be
+read again. Rows read twice (the baseline's active rows, or a fallback window) are recognised by
+comparing with the last state the tracker saw of the same job, and the number of attempts tells
+how many attempts ended in between, however many transitions happened between two reads. See
+docs/exactness.md for the argument and its limits.
 """
 
 from __future__ import annotations

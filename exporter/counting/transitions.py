@@ -1,7 +1,7 @@
 """The transition cursor: the counting mode of a table that keeps only each job's current row.
 
 Each cycle reads the queue's gauges, then the rows changed past the change cursor
-(:mod:`exporter.counting.changefeed`) in chunks until the cursor reaches the horizon's bound or
+(:mod:`exporter.counting.change_cursor`) in chunks until the cursor reaches the horizon's bound or
 the runner's read budget is spent; the tracker (:mod:`exporter.counting.tracker`) turns them
 into exact transitions, counted straight into the queue's Tallies. The first cycle is the
 baseline: the active rows are remembered and nothing is counted. The argument is in
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from exporter.counting.changefeed import ChangeFeed
+from exporter.counting.change_cursor import ChangeCursor
 from exporter.counting.horizon import Horizon
 from exporter.counting.snapshot import DeadLetter, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
@@ -59,7 +59,7 @@ class TransitionCursor:
     labels: JobTypeLabels
     tallies: Tallies
     tracker: Tracker = field(init=False)
-    feed: ChangeFeed = field(init=False)
+    feed: ChangeCursor = field(init=False)
     _cycle: int = 0
     dead_letter: DeadLetter = field(default_factory=DeadLetter)
     # What the status column's statistics held at the last recount, and the unmapped values
@@ -71,8 +71,8 @@ class TransitionCursor:
         self.tracker = Tracker(self.options.tracker, self.labels, self.tallies)
         self.feed = self._new_feed()
 
-    def _new_feed(self) -> ChangeFeed:
-        return ChangeFeed(
+    def _new_feed(self) -> ChangeCursor:
+        return ChangeCursor(
             tolerance=self.options.tracker.commit_lag_tolerance, max_rows=self.options.max_rows
         )
 

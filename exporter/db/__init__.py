@@ -6,6 +6,7 @@ schema, permission), so callers never see asyncpg's exception tree and no messag
 DSN.
 """
 
+from exporter.db.connections import Connections
 from exporter.db.cycle import run_cycle
 from exporter.db.lock import LOCK_CLASS, LockSession, TableLock
 from exporter.db.pool import (
@@ -16,7 +17,6 @@ from exporter.db.pool import (
     quote_table,
     translate,
 )
-from exporter.db.shared import Connections
 
 __all__ = [
     "APPLICATION_NAME",

@@ -27,7 +27,7 @@ from exporter.model import (
     TableShape,
     Tallies,
 )
-from exporter.model.changes import RowChange
+from exporter.model.row_changes import RowChange
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 
@@ -115,7 +115,7 @@ class Profile(Generic[M]):
     ) = None
 
     # Hands a running mode the live settings it reads every cycle, after a reload that keeps
-    # the queue's counters (exporter/settings/changes.py lists them); None: it reads none.
+    # the queue's counters (exporter/settings/reload_plan.py lists them); None: it reads none.
     retune: Callable[[QueueSettings, M], None] | None = None
 
     # The series a queue's own settings leave out (the default profile's result paths);

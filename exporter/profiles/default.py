@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from exporter.counting.logical import LogicalMode
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import index_name, index_names, render_queries
 from exporter.counting.statuses import StatusValues
+from exporter.counting.stream_mode import LogicalMode
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
 from exporter.model import Coverage, JobTypeLabels, LogicalTarget, TableShape, Tallies

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from exporter.counting.gauges import Gauges, Reading, first, reading_of
-from exporter.counting.graphile_changes import GraphileChanges
 from exporter.counting.horizon import Horizon
 from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
@@ -25,6 +24,7 @@ from exporter.profiles.base import (
     RetentionHint,
     preset_queries,
 )
+from exporter.profiles.graphile_stream import GraphileChanges
 from exporter.vocabulary import ERROR
 
 PRESET = "graphile_worker"
@@ -58,7 +58,7 @@ CAPABILITIES: dict[str, Exactness] = {
 
 # collect.counting: logical (docs/logical.md): every change of _private_jobs arrives with its
 # whole old row, so what a DELETE erases under polling is counted from the stream
-# (exporter/counting/graphile_changes.py has the rules); the gauges stay the reader's.
+# (exporter/profiles/graphile_stream.py has the rules); the gauges stay the reader's.
 LOGICAL_CAPABILITIES: dict[str, Exactness] = {
     **CAPABILITIES,
     "enqueued": "exact",

@@ -9,10 +9,10 @@ a settled watermark). docs/presets.md ("Oban") has the argument.
 
 from __future__ import annotations
 
-from exporter.counting.statediff import JobState, StateDiffReader, StateNames
+from exporter.counting.statediff import RowState, StateDiffReader, StateNames
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 
-__all__ = ["INSERTED", "JobState", "ObanReader", "change"]
+__all__ = ["INSERTED", "ObanReader", "RowState", "change"]
 
 PRESET = "oban"
 # Oban Python's Lifeline default (rescue_after); Elixir Oban's is 60 min: pass yours.
@@ -30,7 +30,7 @@ STATES = StateNames(
 )
 # meta.rescued counts the Lifeline's rescues; a Lifeline discard leaves no error entry.
 change = STATES.change
-INSERTED = JobState(STATES.inserted)  # a job the reader has not seen
+INSERTED = RowState(STATES.inserted)  # a job the reader has not seen
 
 CAPABILITIES: dict[str, Exactness] = {
     **EXACT_GAUGES,

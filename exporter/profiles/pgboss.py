@@ -12,7 +12,7 @@ from __future__ import annotations
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import Horizon
 from exporter.counting.reader import LedgerReader, planned
-from exporter.counting.terminal import ActiveSet, JobState, TerminalCursor
+from exporter.counting.terminal import ActiveSet, KnownJob, TerminalCursor
 from exporter.model import Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
@@ -47,7 +47,7 @@ RETENTION = RetentionHint(
 )
 
 
-def attempts(state: str, retry_count: int, before: JobState | None) -> tuple[int, int]:
+def attempts(state: str, retry_count: int, before: KnownJob | None) -> tuple[int, int]:
     """(failed attempts, retries) that a job in this state has behind it.
 
     retry_count counts the claims after the first, so an active or completed job has that many
@@ -86,7 +86,7 @@ class PgbossReader(LedgerReader):
         return preset_queries(PRESET)
 
     @property
-    def known(self) -> dict[str, JobState]:
+    def known(self) -> dict[str, KnownJob]:
         """What the reader last knew of each job a window can still return."""
         return self.jobs.known
 
@@ -164,9 +164,9 @@ class PgbossReader(LedgerReader):
         self.known[job_id] = _state_of(row)
 
 
-def _state_of(row: Row) -> JobState:
+def _state_of(row: Row) -> KnownJob:
     completed_on = row["completed_on"]
-    return JobState(
+    return KnownJob(
         state=str(row["state"]),
         retry_count=int(row["retry_count"]),
         created_on=float(row["created_on"]),

@@ -9,7 +9,7 @@ from exporter.counting.reader import LedgerReader
 from exporter.model import Coverage, JobTypeLabels, LogicalTarget, PresetJobTypes, Tallies
 from exporter.profiles.base import Preset, Profile
 from exporter.profiles.mapping import coverage_of
-from exporter.profiles.streamed import StreamedMode
+from exporter.profiles.preset_stream import StreamedMode
 from exporter.settings import QueueSettings
 
 

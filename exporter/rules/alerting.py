@@ -25,7 +25,6 @@ from exporter.rules.flow import (
     vanished_specs,
 )
 from exporter.rules.health import health_alert_specs
-from exporter.rules.logical import logical_alert_specs
 from exporter.rules.promql import (
     COMPONENT,
     DEAD,
@@ -42,6 +41,7 @@ from exporter.rules.promql import (
     runbook_url,
 )
 from exporter.rules.slo import slo_alert_specs
+from exporter.rules.slot_alerts import logical_alert_specs
 from exporter.settings import AlertSettings
 
 Specs = list[dict[str, Any]]

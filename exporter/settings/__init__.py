@@ -4,9 +4,10 @@
 The rest of the exporter imports from here only.
 """
 
-from exporter.settings.alerting import AlertSettings
-from exporter.settings.changes import Change, ReloadPlan, plan_reload
+from exporter.settings.alert_thresholds import AlertSettings
+from exporter.settings.declaration import Setting
 from exporter.settings.kinds import Kind, parse_duration, parse_listen_address
+from exporter.settings.reload_plan import Change, ReloadPlan, plan_reload
 from exporter.settings.schema import (
     DSN_ENV,
     DSN_FALLBACK_ENV,
@@ -24,7 +25,6 @@ from exporter.settings.sources import (
     check_config_file,
     load_settings,
 )
-from exporter.settings.spec import Setting
 from exporter.settings.yamlfile import ConfigError
 
 __all__ = [

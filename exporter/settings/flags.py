@@ -15,10 +15,10 @@ import textwrap
 from collections.abc import Sequence
 from typing import NoReturn
 
+from exporter.settings.declaration import Setting
 from exporter.settings.kinds import Kind
 from exporter.settings.reference import default_text
 from exporter.settings.sources import CONFIG_FILE_ENV, SETTINGS
-from exporter.settings.spec import Setting
 from exporter.settings.yamlfile import suggest
 
 PROG = "jobqueue-exporter"

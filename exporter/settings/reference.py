@@ -6,9 +6,9 @@ from what the loader accepts.
 
 from __future__ import annotations
 
+from exporter.settings.declaration import Setting, specs_of
 from exporter.settings.kinds import SYNTAX, Kind
 from exporter.settings.schema import DSN_FALLBACK_ENV, PROCESS_SECTIONS, QUEUE_SECTIONS
-from exporter.settings.spec import Setting, specs_of
 from exporter.settings.table import ROLES, STATUS_NAMES, UNREAD_ROLES, USABLE
 
 _UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))

@@ -1,6 +1,6 @@
 """Where the rendered rules point and how often they run: selector, links, intervals.
 
-AlertSettings (exporter/settings/alerting.py) adds every threshold to these; the split keeps
+AlertSettings (exporter/settings/alert_thresholds.py) adds every threshold to these; the split keeps
 both modules short, and these fields come first in the ``alerts`` section.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.settings.declaration import setting
 from exporter.settings.kinds import Kind
-from exporter.settings.spec import setting
 from exporter.vocabulary import DASHBOARD_URL, RUNBOOK_BASE_URL
 
 

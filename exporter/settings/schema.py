@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from exporter.settings.alerting import AlertSettings
+from exporter.settings.alert_thresholds import AlertSettings
+from exporter.settings.declaration import setting
 from exporter.settings.kinds import Kind, parse_listen_address
 from exporter.settings.secrets import dsn_password, redact_dsn
-from exporter.settings.spec import setting
 from exporter.settings.table import TableMapping
 from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES, PROJECT
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from exporter.settings.declaration import Setting, specs_of
 from exporter.settings.kinds import PARSERS, Kind, show
 from exporter.settings.schema import (
     DSN_ENV,
@@ -31,7 +32,6 @@ from exporter.settings.secrets import (
     read_password_file,
     redact_dsn,
 )
-from exporter.settings.spec import Setting, specs_of
 from exporter.settings.table import TableMapping, parse_mapping
 from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
 from exporter.vocabulary import DEFAULT_PROFILE

@@ -8,7 +8,7 @@
 -- Columns: now; lower_bound, least(now(), xact_start of every other open transaction that may
 -- still write); writers_bound, the same over those that have written (hold an xid) or are young
 -- (may not have written yet): the default profile re-reads past its held bound from there
--- (exporter/counting/changefeed.py); a transaction older than 5 s that has not written yet is
+-- (exporter/counting/change_cursor.py); a transaction older than 5 s that has not written yet is
 -- taken for a reader (pg_dump), and if it writes after all the cursor's sweep finds its rows.
 -- hidden, the sessions this role may not see (pg_read_all_stats shows them); prepared.
 --

@@ -7,7 +7,7 @@ from typing import Any
 
 import asyncpg
 
-from exporter.counting.changefeed import FOREVER
+from exporter.counting.change_cursor import FOREVER
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import render_queries
 from exporter.model import NIL

@@ -359,7 +359,7 @@ def assert_final(work: Workload) -> None:
     ],
 )  # fmt: skip
 @example(  # found by hand: a writer that commits while a reader older than 5 s holds the
-    # horizon was read only when the horizon moved, not in the next cycle (fixed in changefeed.py)
+    # horizon was read only when the horizon moved, not in the next cycle (fixed in change_cursor.py)
     history=[("enqueue", 0, 0), ("claim", 0, 0)],
     steps=[
         ("reader", 0, 0), ("age", 0, 0), ("late", 2, 0), ("pause", 0, 0), ("enqueue", 0, 1),

@@ -376,8 +376,8 @@ def test_start_is_refused_when_the_replica_identity_lacks_the_old_status(
 def _refusals(dsn: str, *extra: str) -> str:
     """What the start's checks say of these flags, without serving."""
     from exporter.cli import parse_command_line, settings_from_namespace
-    from exporter.db.logical import check_all
-    from exporter.logical import target_of
+    from exporter.db.slot_setup import check_all
+    from exporter.slot_commands import target_of
 
     settings = settings_from_namespace(parse_command_line(_start(dsn, *extra)), {})
     problems, unchecked = asyncio.run(check_all(settings, target_of))

@@ -187,7 +187,7 @@ async def test_an_invalidated_slot_is_one_gap_and_counting_goes_on_exactly(
         await runtime.follower.stop()  # the stream stops; the exporter serves on
         await work(capped_dsn, None, 4)  # the gap's transitions: nobody can count them
         await invalidate(capped_dsn, slot)
-        with caplog.at_level(logging.WARNING, logger="exporter.db.stream"):
+        with caplog.at_level(logging.WARNING, logger="exporter.db.change_stream"):
             await streamed(runtime)
         assert await slot_status(capped_dsn, slot) != "lost"  # a new slot
         lines = [r for r in caplog.records if "replication slot lost" in r.getMessage()]

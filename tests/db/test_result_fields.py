@@ -10,7 +10,7 @@ import json
 
 import asyncpg
 
-from exporter.counting.changefeed import FOREVER
+from exporter.counting.change_cursor import FOREVER
 from exporter.counting.results import ResultPaths, decode_figures, decode_result
 from exporter.counting.sqltext import render_queries
 from exporter.model import NIL, Figures

@@ -1,12 +1,12 @@
-"""graphile-worker's change rules (exporter/counting/graphile_changes.py) without a database."""
+"""graphile-worker's change rules (exporter/profiles/graphile_stream.py) without a database."""
 
 from __future__ import annotations
 
 import pytest
 
-from exporter.counting.graphile_changes import UNKNOWN_TASK, GraphileChanges
 from exporter.counting.ledger import Ledger
-from exporter.model.changes import DELETE, INSERT, UPDATE, RowChange
+from exporter.model.row_changes import DELETE, INSERT, UPDATE, RowChange
+from exporter.profiles.graphile_stream import UNKNOWN_TASK, GraphileChanges
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 COMMIT = 1_000_000_100.0  # Unix seconds: 2001-09-09 01:48:20 UTC

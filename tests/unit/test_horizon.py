@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from exporter.counting.changefeed import FOREVER, ChangeFeed
+from exporter.counting.change_cursor import FOREVER, ChangeCursor
 from exporter.counting.horizon import TIMESTAMP_MARGIN as MARGIN
 from exporter.counting.horizon import Horizon
 from exporter.model import NIL
@@ -33,14 +33,14 @@ def horizon(
 
 
 def test_the_baseline_starts_the_cursor_at_the_bound_below_the_oldest_transaction() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=10)
+    feed = ChangeCursor(tolerance=30.0, max_rows=10)
     feed.plan(horizon(100.0, lower=90.0))
     assert feed.key == (at(90.0 - MARGIN), NIL)
     assert feed.origin == at(90.0 - MARGIN)
 
 
 def test_a_backlog_is_read_in_chunks_and_reported_behind_until_the_bound() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=2)
+    feed = ChangeCursor(tolerance=30.0, max_rows=2)
     feed.plan(horizon(100.0))
     feed.plan(horizon(200.0))
     assert feed.chunk() == (at(100.0 - MARGIN), NIL, FOREVER, 2)
@@ -55,7 +55,7 @@ def test_a_backlog_is_read_in_chunks_and_reported_behind_until_the_bound() -> No
 
 
 def test_rows_above_the_bound_are_read_once_while_the_cursor_waits_at_the_bound() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=3)
+    feed = ChangeCursor(tolerance=30.0, max_rows=3)
     feed.plan(horizon(100.0))
     feed.plan(horizon(160.0, lower=101.0))  # a transaction open since 101 holds the bound
     assert feed.end == at(101.0 - MARGIN)
@@ -89,13 +89,13 @@ def test_rows_above_the_bound_are_read_once_while_the_cursor_waits_at_the_bound(
 
 
 def test_hidden_sessions_fall_back_to_the_tolerance() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=100)
+    feed = ChangeCursor(tolerance=30.0, max_rows=100)
     feed.plan(horizon(100.0, hidden=2))
     assert feed.end == at(70.0 - MARGIN)
 
 
 def test_a_prepared_transaction_freezes_the_bound_and_the_bound_never_steps_back() -> None:
-    feed = ChangeFeed(tolerance=30.0, max_rows=100)
+    feed = ChangeCursor(tolerance=30.0, max_rows=100)
     feed.plan(horizon(100.0))
     feed.plan(horizon(150.0, prepared=1))
     assert feed.end == at(100.0 - MARGIN)

@@ -31,7 +31,11 @@ LISTED = "every listed path exists"
 DECLARED = "a part imports only the parts it declares"
 ACYCLIC = "the declared imports form no loop"
 CAPPED = "no file grows past the line cap"
-STRUCTURE = (PLACED, LISTED, DECLARED, ACYCLIC, CAPPED)
+# A grep for a module or a class finds one thing: four logical.py and two JobState classes sent
+# newcomers to the wrong file half of the time.
+NAMED = "no two modules of exporter/ share a file name"
+CLASSED = "no two classes of exporter/ share a name"
+STRUCTURE = (PLACED, LISTED, DECLARED, ACYCLIC, CAPPED, NAMED, CLASSED)
 
 
 @dataclass
@@ -182,6 +186,25 @@ def _broken_rules(file: str, part: str, source: Source, rules: list[dict[str, An
     return found
 
 
+def _shared_names(root: Path) -> list[str]:
+    """Module file names (``__init__.py`` aside) and class names used twice in exporter/."""
+    modules: dict[str, list[str]] = {}
+    classes: dict[str, list[str]] = {}
+    for path in sorted((root / "exporter").rglob("*.py")):
+        file = path.relative_to(root).as_posix()
+        if path.name != "__init__.py":
+            modules.setdefault(path.name, []).append(file)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(file)
+    return [
+        f"{guard}: {name} in {', '.join(files)}"
+        for guard, names in ((NAMED, modules), (CLASSED, classes))
+        for name, files in sorted(names.items())
+        if len(files) > 1
+    ]
+
+
 def violations(root: Path) -> list[str]:
     """Every broken guard in a tree (exporter/, bench/, dashboards/ and the declaration), as
     'guard: file what'."""
@@ -194,6 +217,7 @@ def violations(root: Path) -> list[str]:
         if not (root / listed).exists()
     ]
     found += [f"{ACYCLIC}: {loop}" for loop in _loops(parts)]
+    found += _shared_names(root)
     for path in sorted((root / "exporter").rglob("*.py")):
         file = path.relative_to(root).as_posix()
         owners = _owners(file, parts)
@@ -260,6 +284,8 @@ PLANTED: list[tuple[str, str, Callable[[Path], None]]] = [
     (DECLARED, "exporter/db/pool.py", _append("from exporter.counting import sqltext\n")),
     (ACYCLIC, DECLARATION, _replace('imports = ["db"]', 'imports = ["db", "runtime"]')),
     (CAPPED, "bench/planted.py", _append("X = 1\n" * 401)),
+    (NAMED, "exporter/web/cycle.py", _append("X = 1\n")),
+    (CLASSED, "exporter/web/routes.py", _append("class Board:\n    pass\n")),
     ("only db/ talks to PostgreSQL", "exporter/election.py", _append("import asyncpg\n")),
     ("only web/ speaks HTTP", "exporter/service.py", _append("import aiohttp\n")),
     ("only metrics/ knows prometheus_client", "exporter/rules/render.py",

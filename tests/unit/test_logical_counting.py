@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from exporter.counting.changes import ChangeCounter
+from exporter.counting.stream_counter import ChangeCounter
 from exporter.counting.tracker import TrackerOptions
-from exporter.db.follow import Confirmation
+from exporter.db.change_stream import TransactionReader
 from exporter.db.pgoutput import decode
-from exporter.db.stream import TransactionReader
+from exporter.db.slot_follower import Confirmation
 from exporter.model import JobTypeLabels, Tallies
-from exporter.model.changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
+from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
 from exporter.settings.table import TableMapping
 
 FIXTURE = Path(__file__).parent / "fixtures" / "pgoutput_job_lifecycle.json"
@@ -305,7 +305,7 @@ def _run_stream(cursor: ScriptedCursor, confirm: int | None) -> tuple[list[Trans
     import threading
     import time
 
-    from exporter.db.stream import ChangeStream, StreamOptions
+    from exporter.db.change_stream import ChangeStream, StreamOptions
 
     stream = ChangeStream(StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job"))
     thread = threading.Thread(target=stream._read, args=(cursor,))

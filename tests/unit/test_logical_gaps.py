@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from exporter.db.follow import Follower
-from exporter.db.stream import ChangeStream, Gap, StreamOptions
-from exporter.model.changes import Transaction
+from exporter.db.change_stream import ChangeStream, Gap, StreamOptions
+from exporter.db.slot_follower import Follower
+from exporter.model.row_changes import Transaction
 
 OPTIONS = StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job")
 
@@ -183,7 +183,7 @@ async def test_a_served_position_is_confirmed_before_the_response_leaves() -> No
 async def test_a_response_waits_a_bounded_time_for_a_stream_that_cannot_send(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("exporter.db.follow.SERVED_WAIT", 0.05)
+    monkeypatch.setattr("exporter.db.slot_follower.SERVED_WAIT", 0.05)
     follower = Follower(OPTIONS, 1.0)
     stream = ScriptedStream(tx(100))
     stream.sends = False
@@ -244,7 +244,7 @@ def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
             return Connection()
 
     extras = SimpleNamespace(LogicalReplicationConnection=None)
-    monkeypatch.setattr("exporter.db.stream.psycopg2_modules", lambda: (Psycopg2, extras))
+    monkeypatch.setattr("exporter.db.change_stream.psycopg2_modules", lambda: (Psycopg2, extras))
     stream = ChangeStream(OPTIONS)
     monkeypatch.setattr(stream, "_read", lambda cur: None)
     stream._run()

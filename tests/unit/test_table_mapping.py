@@ -21,7 +21,7 @@ from exporter.db.catalog import Column, MappingError, check_mapping
 from exporter.model import JobTypeLabels, job_type_label
 from exporter.profiles import profile_of
 from exporter.settings import Change, ConfigError, Settings, load_settings
-from exporter.settings.changes import queue_change
+from exporter.settings.reload_plan import queue_change
 from exporter.settings.table import ROLES, TableMapping
 from exporter.vocabulary import CUT_MARK, MAX_JOB_TYPE_LABEL, OTHER, REQUIRED_INDEXES
 from tests.mapped_queue import MAPPING_YAML

@@ -20,12 +20,12 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from exporter.db.logical import check_all, setup_script
+from exporter.db.slot_setup import check_all, setup_script
 from exporter.demo.cluster import Cluster, ClusterError
-from exporter.logical import target_of
 from exporter.metrics import render
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings, Settings
+from exporter.slot_commands import target_of
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 from tests.system.presets.exported import RecordedPoller, observed, preset_queue
 from tests.system.presets.processes import require

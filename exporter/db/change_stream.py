@@ -39,7 +39,7 @@ from exporter.db.pgoutput import (
     decode,
 )
 from exporter.db.pool import DatabaseError
-from exporter.model.changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
+from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ChangeStream:
         self._known = False  # the slot existed while this process read it: gone now is a gap
         self._lock = threading.Lock()  # a gap's reset against the event loop's confirm
         # Called on the thread after each feedback, with the position it confirmed: a scrape
-        # waits for it before its response leaves (db/follow.py, Follower.served).
+        # waits for it before its response leaves (db/slot_follower.py, Follower.served).
         self.on_feedback: Callable[[int], None] | None = None
         # The event loop wakes the thread through this pipe, so a position to confirm leaves
         # at once instead of after the thread's next sleep on a quiet socket.

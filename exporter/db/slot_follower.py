@@ -21,10 +21,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
+from exporter.db.change_stream import ChangeStream, Gap, StreamOptions
 from exporter.db.pool import Database, translate
-from exporter.db.stream import ChangeStream, Gap, StreamOptions
 from exporter.model import SlotHealth
-from exporter.model.changes import Transaction
+from exporter.model.row_changes import Transaction
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ import logging
 import sys
 
 from exporter.db import DatabaseError
-from exporter.db.logical import (
+from exporter.db.change_stream import psycopg2_modules
+from exporter.db.slot_setup import (
     check_all,
     drop_slot,
     logical_queues,
     setup_script,
     slot_of,
 )
-from exporter.db.stream import psycopg2_modules
 from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
 from exporter.settings import ConfigError, QueueSettings, Settings

@@ -1,8 +1,8 @@
 """What the change stream hands the logical counting mode: committed transactions of the queue's
 table, each change with its old and new row as PostgreSQL's text output (docs/logical.md).
 
-The database layer decodes them (db/stream.py), the counting mode counts them
-(counting/changes.py); this module is what the two share, so neither imports the other.
+The database layer decodes them (db/change_stream.py), the counting mode counts them
+(counting/stream_counter.py); this module is what the two share, so neither imports the other.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The preset's own reader still reads the gauges every cycle, as under polling, but whatever it
 counts goes to a ledger of its own that nothing exports: every counter and histogram comes from
 the preset's change rules (:class:`ChangeRules`, one per preset, e.g.
-:mod:`exporter.counting.graphile_changes`), fed the committed transactions the follower hands
+:mod:`exporter.profiles.graphile_stream`), fed the committed transactions the follower hands
 over. Each is counted as it is handed over when the rules can name what it needs; from the
 first one they cannot (a task new since the last cycle), in the next cycle, after the rules'
 lookups (graphile's task names) were read in a snapshot that sees every transaction handed over
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from exporter.counting.logical import TRUNCATE_MESSAGE
 from exporter.counting.reader import LedgerReader
+from exporter.counting.stream_mode import TRUNCATE_MESSAGE
 from exporter.model import Collected, Coverage, Cycle, Notice, PresetJobTypes, Query, Row
-from exporter.model.changes import TRUNCATE, Transaction
+from exporter.model.row_changes import TRUNCATE, Transaction
 from exporter.profiles.base import ChangeRules
 from exporter.profiles.mapping import snapshot_of
 

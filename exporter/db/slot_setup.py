@@ -16,8 +16,8 @@ import re
 from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
+from exporter.db.change_stream import StreamOptions
 from exporter.db.pool import APPLICATION_NAME, connect, translate
-from exporter.db.stream import StreamOptions
 from exporter.model import LogicalTarget
 from exporter.settings import QueueSettings, Settings
 from exporter.settings.table import quote_identifier, quote_table

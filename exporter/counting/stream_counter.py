@@ -17,14 +17,20 @@ from exporter.counting.results import classify, decode_result, split_error
 from exporter.counting.statuses import count_unmapped, show_status
 from exporter.counting.tracker import TrackerOptions
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobType, JobTypeLabels, Tallies
-from exporter.model.changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, TextRow, Transaction
+from exporter.model.row_changes import (
+    DELETE,
+    INSERT,
+    TRUNCATE,
+    UPDATE,
+    RowChange,
+    TextRow,
+    Transaction,
+)
 from exporter.settings.table import TableMapping
 from exporter.vocabulary import LEASE_EXPIRED, Status
 
 # The label of the status an active job had when its row was deleted.
 ACTIVE_NAMES: dict[int, str] = {PENDING: "pending", RUNNING: "running"}
-
-Row = TextRow  # column name -> text output (a column may be missing: unknown)
 
 
 class ChangeCounter:
@@ -94,7 +100,9 @@ class ChangeCounter:
                 self.dead_delta[self._job_type(change.old)] -= 1
             # A finished (DONE) row was counted when it finished.
 
-    def _transition(self, before: int | None, old: Row, new: Row, commit_time: float) -> None:
+    def _transition(
+        self, before: int | None, old: TextRow, new: TextRow, commit_time: float
+    ) -> None:
         after = self._status(new)
         if after is None:
             return
@@ -121,7 +129,7 @@ class ChangeCounter:
             tallies.dead[(label, reason)] += 1
             self.dead_delta[job_type] += 1
 
-    def _released(self, old: Row, new: Row) -> bool:
+    def _released(self, old: TextRow, new: TextRow) -> bool:
         # A worker that hands its job back lowers attempts, which no failure does. Without
         # the old attempts (an identity index that does not carry them) it reads as a failure.
         before, after = (
@@ -130,7 +138,7 @@ class ChangeCounter:
         )
         return before is not None and after is not None and after < before
 
-    def _reason(self, new: Row) -> str:
+    def _reason(self, new: TextRow) -> str:
         # The newest failure: a reclaim when the reaper's marker ends last_error, else the
         # worker's message (NOTES.md: the text before the marker belongs to an earlier one).
         error = split_error(new.get(self._column["last_error"]), self.options.lease_marker)
@@ -138,7 +146,7 @@ class ChangeCounter:
             return LEASE_EXPIRED
         return classify(error.base, self.options.deadline_prefix)
 
-    def _count_completion(self, old: Row, new: Row, label: str, commit_time: float) -> None:
+    def _count_completion(self, old: TextRow, new: TextRow, label: str, commit_time: float) -> None:
         tallies = self.tallies
         tallies.completed[label] += 1
         outcome = decode_result(new.get(self._column["result"]), self.options.paths)
@@ -167,7 +175,7 @@ class ChangeCounter:
 
     # --- values -------------------------------------------------------------------------
 
-    def _status(self, row: Row, *, count: bool = True) -> int | None:
+    def _status(self, row: TextRow, *, count: bool = True) -> int | None:
         column = self._column["status"]
         if column not in row:
             return None
@@ -182,16 +190,16 @@ class ChangeCounter:
                 self.unmapped_new.append((key, text))
         return code
 
-    def _job_type(self, row: Row) -> JobType:
+    def _job_type(self, row: TextRow) -> JobType:
         text = row.get(self._column["job_type"])
         if text is None:
             return ""
         return int(text) if text.lstrip("-").isdigit() and text.isascii() else text
 
-    def _label(self, row: Row) -> str:
+    def _label(self, row: TextRow) -> str:
         return self.labels.label(self._job_type(row))
 
-    def _time(self, row: Row, role: str) -> datetime | None:
+    def _time(self, row: TextRow, role: str) -> datetime | None:
         column = self._column.get(role)
         text = row.get(column) if column is not None else None
         return parse_time(text) if text is not None else None

@@ -28,7 +28,7 @@ FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 Key = tuple[datetime, str]
 
 
-class ChangeFeed:
+class ChangeCursor:
     """Keyset cursor over ``(updated_at, job_id)`` bounded by the horizon; no I/O."""
 
     def __init__(

@@ -2,10 +2,10 @@
 
 Before each cycle the database layer hands the mode the transactions committed since the last
 one (:meth:`LogicalMode.take`); they are counted at once, in commit order, by the
-:class:`~exporter.counting.changes.ChangeCounter`. The cycle itself reads only the gauges, with
-polling's snapshot queries. The slot is confirmed where :class:`Confirmation` says: the end of
-the last commit whose counts a /metrics response carried, or, while nothing scrapes, one
-counted a few intervals ago. No I/O (docs/logical.md).
+:class:`~exporter.counting.stream_counter.ChangeCounter`. The cycle itself reads only the
+gauges, with polling's snapshot queries. The slot is confirmed where :class:`Confirmation`
+says: the end of the last commit whose counts a /metrics response carried, or, while nothing
+scrapes, one counted a few intervals ago. No I/O (docs/logical.md).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.counting.changes import ChangeCounter
 from exporter.counting.snapshot import DeadLetter, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
+from exporter.counting.stream_counter import ChangeCounter
 from exporter.counting.transitions import CursorOptions
 from exporter.model import (
     Collected,
@@ -26,7 +26,7 @@ from exporter.model import (
     Row,
     Tallies,
 )
-from exporter.model.changes import Transaction
+from exporter.model.row_changes import Transaction
 from exporter.settings.table import TableMapping
 
 HORIZON = "SELECT now() AS now"  # no horizon to find: the stream is ordered by commit

@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from exporter.counting.changes import Row, parse_time
 from exporter.counting.ledger import Ledger
-from exporter.model import Row as ResultRow
-from exporter.model.changes import DELETE, INSERT, UPDATE, RowChange
+from exporter.counting.stream_counter import parse_time
+from exporter.model import Row
+from exporter.model.row_changes import DELETE, INSERT, UPDATE, RowChange, TextRow
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 # The label of a job whose task row was gone before the mode could read it (graphile's
@@ -54,7 +54,7 @@ class GraphileChanges:
         # job still names changes that arrive later.
         self.tasks: dict[str, str] = {}
 
-    def look(self, results: Mapping[str, Sequence[ResultRow]]) -> None:
+    def look(self, results: Mapping[str, Sequence[Row]]) -> None:
         """Take the cycle's read of ``_private_tasks``."""
         for row in results.get("tasks", ()):
             self.tasks[str(row["id"])] = str(row["identifier"])
@@ -79,7 +79,7 @@ class GraphileChanges:
             elif not _dead(old):
                 ledger.tallies.vanished[PENDING_LABEL] += 1
 
-    def _update(self, old: Row, new: Row, commit_time: float) -> None:
+    def _update(self, old: TextRow, new: TextRow, commit_time: float) -> None:
         ledger, task = self.ledger, self._task(new)
         was_locked, locked = old.get("locked_at") is not None, new.get("locked_at") is not None
         if was_locked and not locked:
@@ -97,7 +97,7 @@ class GraphileChanges:
                 ledger.requeued(task)  # rescheduled by hand
         # Locked by a worker (a claim), or changed while locked: nothing to count.
 
-    def _reason(self, old: Row, new: Row, commit_time: float) -> str:
+    def _reason(self, old: TextRow, new: TextRow, commit_time: float) -> str:
         # failJobs always writes last_error and moves run_at exp(attempts) >= 2.7 s past its
         # now(); a freed lock keeps the error and leaves run_at at or before now().
         if new.get("last_error") != old.get("last_error"):
@@ -107,7 +107,7 @@ class GraphileChanges:
             return ERROR
         return LEASE_EXPIRED
 
-    def _completed(self, old: Row, locked_at: datetime, commit_time: float) -> None:
+    def _completed(self, old: TextRow, locked_at: datetime, commit_time: float) -> None:
         started = locked_at.timestamp()
         run_at, created = _time(old, "run_at"), _time(old, "created_at")
         self.ledger.completed(
@@ -117,17 +117,17 @@ class GraphileChanges:
             latency=max(0.0, commit_time - created.timestamp()) if created is not None else None,
         )
 
-    def _task(self, row: Row) -> str:
+    def _task(self, row: TextRow) -> str:
         task_id = row.get("task_id")
         return self.tasks.get(task_id, UNKNOWN_TASK) if task_id is not None else UNKNOWN_TASK
 
 
-def _dead(row: Row) -> bool:
+def _dead(row: TextRow) -> bool:
     attempts, limit = _int(row, "attempts"), _int(row, "max_attempts")
     return attempts is not None and limit is not None and attempts >= limit
 
 
-def _int(row: Row, column: str) -> int | None:
+def _int(row: TextRow, column: str) -> int | None:
     text = row.get(column)
     try:
         return int(text) if text is not None else None
@@ -135,6 +135,6 @@ def _int(row: Row, column: str) -> int | None:
         return None
 
 
-def _time(row: Row, column: str) -> datetime | None:
+def _time(row: TextRow, column: str) -> datetime | None:
     text = row.get(column)
     return parse_time(text) if text is not None else None

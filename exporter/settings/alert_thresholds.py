@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from exporter.settings.declaration import setting
 from exporter.settings.kinds import Kind
 from exporter.settings.rendering import RenderSettings
-from exporter.settings.spec import setting
 
 
 @dataclass(frozen=True)
