@@ -26,6 +26,7 @@ import logging
 from collections.abc import Callable
 
 from exporter.db import DatabaseError, TableLock
+from exporter.model import Standing
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,10 @@ class Election:
         # Another exporter held the lock since this one last collected: our memory of the
         # rows is from before its term, so our next term must start from a new baseline.
         self._other_led = False
+
+    def standing(self) -> Standing:
+        """Where this exporter stands now."""
+        return Standing(self.collector, self.holding, self.reachable, self.last_error)
 
     async def run(self) -> None:
         """Stand by until the lock is free; the collector's checks happen in :meth:`guard`."""

@@ -15,15 +15,26 @@ import logging
 import random
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Protocol
 
 from exporter.board import Board
+from exporter.collection_log import CollectionLog
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
-from exporter.model import Health, HeldJobs, QueueStatus, QueueView, SlotHealth, Snapshot, Tallies
-from exporter.model.exchange import Collected, CountingError, CountingMode
+from exporter.model import (
+    ALONE,
+    Health,
+    HeldJobs,
+    QueueStatus,
+    QueueView,
+    SlotHealth,
+    Snapshot,
+    Standing,
+    Tallies,
+)
+from exporter.model.exchange import CountingError, CountingMode
 from exporter.profiles import profile_of
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
@@ -38,6 +49,32 @@ BACKOFF_FIRST = 1.0
 READ_BUDGET_SHARE = 0.5
 
 
+class Seat(Protocol):
+    """The queue's election as its poller sees it (exporter/election.py)."""
+
+    async def guard(self) -> bool:
+        """Before each collection: False when another exporter collects the queue now."""
+        ...
+
+    def standing(self) -> Standing:
+        """Where this exporter stands now."""
+        ...
+
+
+class Companion(Protocol):
+    """What runs beside the poller of a queue counted from its change stream: the slot's
+    follower (exporter/db/slot_follower.py), fed before each cycle."""
+
+    async def feed(self, mode: CountingMode, rebaseline: Callable[[], CountingMode]) -> None:
+        """Hand the mode what committed since the last cycle, after a lost slot to the mode
+        ``rebaseline`` returns (DatabaseError: the stream failed)."""
+        ...
+
+    def slot(self) -> SlotHealth | None:
+        """The slot as the server reported it at the last feed."""
+        ...
+
+
 class Poller:
     """Runs collections in the background and publishes what the last successful one read."""
 
@@ -47,9 +84,13 @@ class Poller:
         database: Database,
         *,
         board: Board | None = None,
+        seat: Seat | None = None,
+        companion: Companion | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
     ) -> None:
+        """``seat``: the queue's election (None: this exporter always collects); ``companion``:
+        the change stream's follower of a queue counted from it."""
         self.settings = settings
         self.database = database
         self.board = board
@@ -62,40 +103,23 @@ class Poller:
             collect.duration_buckets, collect.wait_buckets, collect.latency_buckets
         )
         self.mode: CountingMode = self.profile.make_mode(settings, self.labels, self.tallies)
-        self._counting = False
         self._behind = False
-        self._warnings: tuple[str, ...] = ()
-        self._held_exceeded = False  # past collect.max_held_jobs at the last collection
+        self._log = CollectionLog()
         self.health = Health()
         self.snapshot: Snapshot | None = None
         self.generation = 0  # bumped after every collection
         self._cycle = 0
         self._indexes_checked_at: int | None = None
         self._finished = asyncio.Condition()
-        # Called (synchronously, on the event loop) after every collection.
+        self.seat = seat
+        self.companion = companion
+        # Called (synchronously, on the event loop) after every collection: tests watch with it.
         self.listeners: list[Callable[[], None]] = []
-        # Awaited before every collection: False means this exporter may not collect now (it
-        # no longer holds the queue's advisory lock), and nothing is read or counted.
-        self.guard: Callable[[], Awaitable[bool]] | None = None
-        # (collector, holds the lock, reachable, why not) of the queue's election; None: no
-        # election, this exporter always collects.
-        self.standing: Callable[[], tuple[bool, bool, bool, str | None]] | None = None
-        # Feed the logical mode (db/slot_follower.py) what committed since; read its slot's health.
-        self.feed: Callable[[Any], Awaitable[None]] | None = None
-        self.slot: Callable[[], SlotHealth | None] | None = None
         # The poller clears its error on success; the status page keeps the last one, and when.
         self.last_error: str | None = None
         self.last_error_at: float | None = None
         self._reason = ""  # of the last failed collection
-        if self.profile.note:
-            log.info("collecting a preset queue", extra={"fields": dict(self.profile.note)})
-        retention = self.profile.retention
-        if retention is not None and 2 * settings.collect.interval > retention:
-            log.warning(
-                "the library's default retention is shorter than two collection intervals",
-                extra={"fields": {**self.profile.note, "retention_seconds": retention,
-                                  "interval_seconds": settings.collect.interval}},
-            )  # fmt: skip
+        CollectionLog.started(self.profile.note, self.profile.retention, collect.interval)
 
     @property
     def behind(self) -> bool:
@@ -110,9 +134,15 @@ class Poller:
         ours to count. Counters keep their values: a series never goes down after a gap.
         """
         self.mode = self.profile.make_mode(self.settings, self.labels, self.tallies)
-        self._counting = self._behind = False
+        self._behind = False
+        self._log.rebaselined()
         self.snapshot = None
         self._indexes_checked_at = None
+
+    def _rebaselined(self) -> CountingMode:
+        # A lost slot: the new slot's changes go to a new mode; the counters keep their values.
+        self.rebaseline()
+        return self.mode
 
     def fresh(self) -> bool:
         """True when the last success is recent enough to serve the queue gauges."""
@@ -127,9 +157,10 @@ class Poller:
 
     def view(self) -> QueueView:
         """A copy of what /metrics shows of the queue now, safe to render off the event loop."""
-        collector, leader, reachable, _ = self._standing()
+        standing = self._standing()
         collect = self.settings.collect
-        if not collector:
+        reachable = standing.reachable
+        if not standing.collector:
             return QueueView(
                 queue=self.settings.name, leader=False, snapshot=None, label_of={}, labels=(),
                 folded=0, tallies=None, health=Health(up=reachable), up=reachable,
@@ -148,7 +179,7 @@ class Poller:
         )
         return QueueView(
             queue=self.settings.name,
-            leader=leader,
+            leader=standing.holding,
             snapshot=snapshot,
             label_of={job_type: self.labels.label(job_type) for job_type in job_types},
             labels=tuple(self.labels.labels),
@@ -161,24 +192,24 @@ class Poller:
             held=self._held(),
             coverage=self.profile.coverage_for(self.settings),
             fresh_until=self._fresh_until(),
-            position=getattr(self.mode, "position", None),
-            slot=self.slot() if self.slot is not None else None,
+            position=self.mode.stream.position if self.mode.stream is not None else None,
+            slot=self.companion.slot() if self.companion is not None else None,
         )
 
     def _held(self) -> HeldJobs | None:
         jobs = self.mode.held
         return None if jobs is None else HeldJobs(jobs, self.settings.collect.max_held_jobs)
 
-    def _standing(self) -> tuple[bool, bool, bool, str | None]:
-        return self.standing() if self.standing is not None else (True, True, True, None)
+    def _standing(self) -> Standing:
+        return self.seat.standing() if self.seat is not None else ALONE
 
     def status(self) -> QueueStatus:
         """The queue as the status page, /readyz and /metrics show it."""
         view = self.view()
-        collector, _, reachable, why = self._standing()
-        if not collector:
+        standing = self._standing()
+        if not standing.collector:
             # A standby is ready while it can reach the database to take over.
-            ready = None if reachable else why or "starting"
+            ready = None if standing.reachable else standing.why or "starting"
         elif view.up:
             ready = None
         else:
@@ -249,10 +280,10 @@ class Poller:
         # The guard and the collection share one deadline: a silent network cannot hold the
         # guard's check for longer than a collection could take.
         deadline = asyncio.get_running_loop().time() + self.settings.collect.timeout
-        if self.guard is not None:
+        if self.seat is not None:
             try:
                 async with asyncio.timeout_at(deadline):
-                    allowed = await self.guard()
+                    allowed = await self.seat.guard()
             except TimeoutError:
                 allowed = True  # the collection times out at once and is counted as such
             if not allowed:
@@ -303,12 +334,12 @@ class Poller:
             or self._cycle - self._indexes_checked_at >= INDEX_CHECK_EVERY
         ):
             await self._check_indexes()
-        if self.feed is not None:
-            await self.feed(self.mode)
+        if self.companion is not None:
+            await self.companion.feed(self.mode, self._rebaselined)
         budget = self.settings.collect.timeout * READ_BUDGET_SHARE
         collected, durations = await run_cycle(self.database, self.mode, budget)
-        self._note(collected)
-        self._note_held()
+        self._log.collected(collected, self.mode.tracked)
+        self._log.held(self._held())
         self._behind = collected.behind
         for job_type in collected.snapshot.active:
             self.labels.label(job_type)
@@ -327,38 +358,6 @@ class Poller:
                               "tracked_jobs": self.mode.tracked}},
         )  # fmt: skip
 
-    def _note(self, collected: Collected) -> None:
-        if collected.counting and not self._counting:
-            log.info(
-                "baseline taken; counting from now on",
-                extra={"fields": {"tracked_jobs": self.mode.tracked}},
-            )
-        self._counting = collected.counting
-        if collected.warnings != self._warnings:
-            for warning in collected.warnings:
-                log.warning(warning)
-            self._warnings = collected.warnings
-        for notice in collected.notices:
-            log.warning(notice.message, extra={"fields": dict(notice.fields)})
-
-    def _note_held(self) -> None:
-        # One line when the cap is crossed and one when back under, never one per cycle:
-        # the gauge jobqueue_exporter_held_cap_exceeded says it meanwhile.
-        held = self._held()
-        exceeded = held is not None and held.exceeded
-        if held is not None and exceeded != self._held_exceeded:
-            fields = {"held_jobs": held.jobs, "max_held_jobs": held.cap}
-            if exceeded:
-                log.warning(
-                    "more finished jobs held than collect.max_held_jobs while a long "
-                    "transaction holds the horizon back; counting stays exact, memory grows "
-                    "(about 360 bytes a job) until it ends",
-                    extra={"fields": fields},
-                )
-            else:
-                log.info("held jobs back under collect.max_held_jobs", extra={"fields": fields})
-        self._held_exceeded = exceeded
-
     async def _check_indexes(self) -> None:
         profile = self.profile
         if profile.check_table is not None:
@@ -372,11 +371,7 @@ class Poller:
         self.health.missing_indexes = {name: int(name in missing) for name in required}
         self._indexes_checked_at = self._cycle
         for name in missing:
-            log.warning(
-                "index missing: per-cycle queries will scan the table; the command prints "
-                "the statement that creates it",
-                extra={"fields": {"index": name, "command": self.settings.index_command}},
-            )
+            self._log.missing_index(name, self.settings.index_command)
 
     def _failed(self, reason: str, message: str) -> None:
         health = self.health

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any
 
 from exporter.board import Board
 from exporter.db import Connections, ConnectOptions, Database
@@ -67,7 +66,6 @@ class QueueRuntime:
         self.board = board or Board()
         self.connections = connections or Connections()
         self.database = self._database(settings)
-        self.poller = Poller(settings, self.database, board=self.board)
         self.election: Election | None = None
         if settings.collect.leader_election:
             interval = settings.collect.interval
@@ -77,10 +75,6 @@ class QueueRuntime:
                 settings.name, self.connections.lock(options, options.table), retry, interval,
                 self._leadership,
             )  # fmt: skip
-            self.poller.guard = self.election.guard
-            self.poller.standing = self._standing
-        self._poller_task: asyncio.Task[None] | None = None
-        self._election_task: asyncio.Task[None] | None = None
         # collect.counting: logical: the change stream, run while this exporter collects.
         self.follower: Follower | None = None
         self._stopping: set[asyncio.Task[None]] = set()
@@ -91,9 +85,12 @@ class QueueRuntime:
                 database=self.database,
             )  # fmt: skip
             self.board.confirmers[settings.name] = self.follower.served
-            self.poller.feed = self._feed
-            follower = self.follower
-            self.poller.slot = lambda: follower.health
+        self.poller = Poller(
+            settings, self.database, board=self.board, seat=self.election,
+            companion=self.follower,
+        )  # fmt: skip
+        self._poller_task: asyncio.Task[None] | None = None
+        self._election_task: asyncio.Task[None] | None = None
 
     def _database(self, settings: QueueSettings) -> Database:
         # Alone, the pool has what database.max_connections leaves beside the lock session;
@@ -101,22 +98,6 @@ class QueueRuntime:
         return self.connections.database(
             _pool_options(settings), shared_size=settings.database.max_connections
         )
-
-    async def _feed(self, mode: Any) -> None:
-        # Any: a queue with a follower counts with the default profile's logical mode, whose
-        # take() and position the follower uses (db/slot_follower.py, Counting).
-        assert self.follower is not None
-        await self.follower.feed(mode, self._rebaseline)
-
-    def _rebaseline(self) -> Any:
-        # A gap: the new slot's changes go to a new mode; the counters keep their values.
-        self.poller.rebaseline()
-        return self.poller.mode
-
-    def _standing(self) -> tuple[bool, bool, bool, str | None]:
-        election = self.election
-        assert election is not None
-        return (election.collector, election.holding, election.reachable, election.last_error)
 
     @property
     def name(self) -> str:

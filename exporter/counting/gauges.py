@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 from exporter.model import (
     ActiveStats,
+    CountingError,
     Coverage,
     JobType,
-    PresetError,
     PresetJobTypes,
     Row,
     Snapshot,
@@ -46,7 +46,7 @@ class Reading:
 def first(rows: Sequence[Row]) -> Row:
     """The single row a one-row query returned."""
     if len(rows) != 1:
-        raise PresetError(f"expected one row, got {len(rows)}")
+        raise CountingError(f"expected one row, got {len(rows)}")
     return rows[0]
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
 
-from exporter.model import PresetError, Row
+from exporter.model import CountingError, Row
 from exporter.vocabulary import PERMISSION
 
 # pg_stat_activity's xact_start is published a few microseconds after the transaction takes
@@ -74,7 +74,7 @@ class Horizon(Generic[T]):
     def from_row(row: Row) -> Horizon[float]:
         """Parse a preset's horizon row; refuse when other sessions are hidden from this role."""
         if int(row["hidden"]):
-            raise PresetError(
+            raise CountingError(
                 f"{row['hidden']} sessions of this database are hidden in pg_stat_activity: "
                 "the late-commit horizon needs the pg_read_all_stats (or pg_monitor) role",
                 reason=PERMISSION,
@@ -83,7 +83,7 @@ class Horizon(Generic[T]):
         if cache is not None and int(cache) > 1:
             # With CACHE n each session hands out ids from its own block, so a later insert
             # can carry a lower id than one already visible: the id cursor would skip it.
-            raise PresetError(f"the event id sequence caches {cache} values; it must cache 1")
+            raise CountingError(f"the event id sequence caches {cache} values; it must cache 1")
         last_id = row.get("last_id")
         read_at = row.get("read_at")
         return Horizon(

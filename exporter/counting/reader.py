@@ -67,6 +67,11 @@ class LedgerReader(ABC):
         """Of them, what waits for the horizon: it grows while a long transaction holds it."""
         return None
 
+    @property
+    def stream(self) -> None:
+        """Polling: nothing is fed from a change stream."""
+        return None
+
     def horizon_query(self) -> Query:
         """The statement to run in autocommit before the cycle's transaction."""
         return Query("horizon", self.sql["horizon"])

@@ -11,14 +11,48 @@ docs/presets.md ("Oban") has the argument. No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict, cast
 
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, IdWatermark
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
-from exporter.model import Query, Results, Row
+from exporter.model import CountingError, Query, Results, Row
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
+
+
+class ChangeRow(TypedDict):
+    """One row of a state-diff preset's ``changes`` statement: the contract its SQL keeps, one
+    row per job version written since the previous snapshot (oban.sql's aliases are one)."""
+
+    id: int  # the job's id (a bigint key)
+    job_type: str  # what the job_type label is made of (Oban's worker, River's kind)
+    state: str  # the job's state, as its StateNames spell it
+    attempt: int  # attempts fetched so far (a snooze gives one back)
+    errors: int  # error entries the row holds
+    error_kinds: list[str] | None  # each entry's failure reason, oldest first
+    rescued: int  # rescues back to waiting that left no error entry
+    snoozed: int  # snoozes so far
+    cancel_mark: str | None  # set by a cancel from outside the job (not one it returned)
+    ended_at: float | None  # Unix seconds of its terminal state's stamp, if in one
+    duration: float | None  # the last attempt's run time, seconds (completed rows)
+    wait: float | None  # from due to the last attempt's start, seconds
+    latency: float | None  # from insert to completion, seconds
+
+
+# The gauges statement's rows carry every id of the active set, besides the gauges by job type.
+GAUGE_IDS = "active_ids"
+CHANGE_COLUMNS = frozenset(ChangeRow.__annotations__)
+
+
+def change_rows(rows: Sequence[Row]) -> list[ChangeRow]:
+    """The ``changes`` rows, checked against :class:`ChangeRow` (a missing column is a
+    CountingError that names it, not a KeyError half-way through a cycle)."""
+    if rows and (missing := CHANGE_COLUMNS - set(rows[0].keys())):
+        raise CountingError(f"the changes statement lacks the columns {', '.join(sorted(missing))}")
+    return [cast(ChangeRow, row) for row in rows]
 
 
 @dataclass(frozen=True)
@@ -200,7 +234,7 @@ class StateDiffReader(LedgerReader):
         if "changes" not in results:
             return self.delayed(reading)
         next_bound, lower_id = planned(self.cursor.next_bound, self._lower_id)
-        rows = {int(row["id"]): row for row in results["changes"]}
+        rows = {int(row["id"]): row for row in change_rows(results["changes"])}
         if not self.counting:
             # The baseline: every version this snapshot shows happened before counting began.
             self.ids.watermark = int(lower_id)
@@ -211,13 +245,13 @@ class StateDiffReader(LedgerReader):
             for job_id, row in rows.items():
                 self._count(job_id, row)
             self.ledger.settle()
-        active = {int(i) for row in results["gauges"] for i in row["active_ids"]}
+        active = {int(i) for row in results["gauges"] for i in row[GAUGE_IDS]}
         self._forget(active, set(rows), next_bound)
         self.ids.advance()
         self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return reading
 
-    def _count(self, job_id: int, row: Row) -> None:
+    def _count(self, job_id: int, row: ChangeRow) -> None:
         worker = str(row["job_type"])
         now = _state_of(row)
         before = self.known.get(job_id)
@@ -232,7 +266,7 @@ class StateDiffReader(LedgerReader):
         self._record(worker, row, delta, inserted)
         self.known[job_id] = now
 
-    def _record(self, worker: str, row: Row, delta: StateDelta, inserted: bool) -> None:
+    def _record(self, worker: str, row: ChangeRow, delta: StateDelta, inserted: bool) -> None:
         ledger = self.ledger
         if inserted:
             ledger.enqueued(worker)
@@ -262,7 +296,7 @@ class StateDiffReader(LedgerReader):
                 del self.known[job_id]
 
 
-def _state_of(row: Row) -> RowState:
+def _state_of(row: ChangeRow) -> RowState:
     ended_at = row["ended_at"]
     return RowState(
         state=str(row["state"]),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Self
 
 from exporter.counting.snapshot import DeadLetter, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
@@ -70,6 +71,11 @@ class LogicalMode:
     def held(self) -> None:
         """No finished job is held: a long transaction arrives whole at its commit."""
         return None
+
+    @property
+    def stream(self) -> Self:
+        """Fed by the change stream's follower."""
+        return self
 
     def take(self, transactions: Iterable[Transaction]) -> None:
         """Count committed transactions, in the order they committed (re-sent ones once)."""

@@ -86,6 +86,11 @@ class TransitionCursor:
         """Finished jobs kept until the cursor passes them (grows while the horizon is held)."""
         return self.tracker.held
 
+    @property
+    def stream(self) -> None:
+        """Polling: nothing is fed from a change stream."""
+        return None
+
     def horizon_query(self) -> Query:
         """The statement to run in autocommit, before the cycle's snapshot."""
         return Query("horizon", self.sql["horizon"])

@@ -19,12 +19,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Protocol
 
 from exporter.db.change_stream import ChangeStream, Gap, StreamOptions
-from exporter.db.pool import Database, translate
-from exporter.model import SlotHealth
-from exporter.model.row_changes import Transaction
+from exporter.db.pool import Database, DatabaseError, translate
+from exporter.model import CountingMode, SlotHealth
+from exporter.model.row_changes import StreamCounting, Transaction
+from exporter.vocabulary import INTERNAL
 
 log = logging.getLogger(__name__)
 
@@ -44,19 +44,6 @@ SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint AS lag_bytes,
   FROM pg_replication_slots
  WHERE slot_name = $1
 """
-
-
-class Counting(Protocol):
-    """What the follower needs of the logical counting mode."""
-
-    def take(self, transactions: list[Transaction]) -> None:
-        """Count committed transactions in commit order."""
-        ...
-
-    @property
-    def position(self) -> int:
-        """The end of the last counted commit."""
-        ...
 
 
 class Follower:
@@ -86,10 +73,11 @@ class Follower:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def feed(self, mode: Counting, rebaseline: Callable[[], Counting]) -> None:
+    async def feed(self, mode: CountingMode, rebaseline: Callable[[], CountingMode]) -> None:
         """Hand ``mode`` what committed since the last feed (after a gap, to the mode that
         ``rebaseline`` returns); DatabaseError when the stream failed (it starts again at the
         next feed)."""
+        counting = _stream_of(mode)
         stream = self.stream
         if not stream.running:
             self._loop = asyncio.get_running_loop()
@@ -104,14 +92,14 @@ class Follower:
         for item in items:
             if isinstance(item, Gap):
                 if fresh:
-                    mode.take(fresh)
-                fresh, mode = [], rebaseline()
+                    counting.take(fresh)
+                fresh, counting = [], _stream_of(rebaseline())
                 self._new_baseline()
             elif item.end_lsn > self.position:
                 fresh.append(item)
                 self.position = item.end_lsn
         if fresh:
-            mode.take(fresh)
+            counting.take(fresh)
         now = self._monotonic()
         self.confirmation.counted(self.position, now)
         stream.confirm(self.confirmation.position(now), self.gaps)
@@ -183,12 +171,23 @@ class Follower:
             gaps=self.stream.gaps,
         )
 
+    def slot(self) -> SlotHealth | None:
+        """The slot as the server reported it at the last feed (None: not read, or no slot)."""
+        return self.health
+
     async def stop(self) -> None:
         """End the stream's thread (a standby must leave the slot to the new leader)."""
         await asyncio.to_thread(self.stream.stop)
         if self.stream.gaps > self.gaps:  # its Gap went with the undrained queue
             self._new_baseline()
             self.gaps = self.stream.gaps
+
+
+def _stream_of(mode: CountingMode) -> StreamCounting:
+    counting = mode.stream
+    if counting is None:  # the profile made a polling mode for a queue that streams
+        raise DatabaseError(INTERNAL, "the counting mode does not count from a change stream")
+    return counting
 
 
 class Confirmation:

@@ -25,7 +25,6 @@ from exporter.model.exchange import CountingError as CountingError
 from exporter.model.exchange import CountingMode as CountingMode
 from exporter.model.exchange import Cycle as Cycle
 from exporter.model.exchange import Notice as Notice
-from exporter.model.exchange import PresetError as PresetError
 from exporter.model.exchange import Query as Query
 from exporter.model.exchange import Results as Results
 from exporter.model.exchange import Row as Row
@@ -309,6 +308,20 @@ class HeldJobs:
 # pg_replication_slots.wal_status: how safe the WAL the slot still needs is. "lost" means the
 # server removed some of it: the slot is invalidated and the counts have a gap.
 WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where this exporter stands in a queue's election (exporter/election.py)."""
+
+    collector: bool  # it collects the queue (until it sees another exporter hold the lock)
+    holding: bool  # it holds the lock: jobqueue_exporter_leader
+    reachable: bool  # the lock's session reached the database at the last try
+    why: str | None = None  # why not, when it could not reach the database
+
+
+# A queue without an election: this exporter always collects it.
+ALONE = Standing(collector=True, holding=True, reachable=True)
 
 
 @dataclass(frozen=True)

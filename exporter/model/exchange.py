@@ -16,6 +16,7 @@ from exporter.vocabulary import SCHEMA
 if TYPE_CHECKING:
     # Only an annotation here: the package's __init__ imports this module before it defines it.
     from exporter.model import Snapshot
+    from exporter.model.row_changes import StreamCounting
 
 Row = Mapping[str, Any]
 Results = Mapping[str, Sequence[Row]]
@@ -33,10 +34,6 @@ class CountingError(Exception):
     def __init__(self, message: str, reason: str = SCHEMA) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-# The name the preset readers know it by.
-PresetError = CountingError
 
 
 @dataclass(frozen=True)
@@ -100,6 +97,11 @@ class CountingMode(Protocol):
     @property
     def held(self) -> int | None:
         """Finished jobs kept until the cursor passes them (None: the mode keeps none)."""
+        ...
+
+    @property
+    def stream(self) -> StreamCounting | None:
+        """What the change stream feeds, for a mode counted from it (None: a polling mode)."""
         ...
 
 

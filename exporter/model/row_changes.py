@@ -7,8 +7,9 @@ The database layer decodes them (db/change_stream.py), the counting mode counts 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 INSERT, UPDATE, DELETE, TRUNCATE = "insert", "update", "delete", "truncate"
 
@@ -33,3 +34,17 @@ class Transaction:
     end_lsn: int  # where it ends: the position a slot is confirmed at once this is counted
     commit_time: float  # Unix seconds, the database's clock
     changes: tuple[RowChange, ...]
+
+
+class StreamCounting(Protocol):
+    """The side of a counting mode that the change stream's follower feeds (db/slot_follower.py)."""
+
+    def take(self, transactions: Iterable[Transaction]) -> None:
+        """Count committed transactions in commit order."""
+        ...
+
+    @property
+    def position(self) -> int:
+        """The end of the last counted commit (0: none yet): a /metrics response carries the
+        counts up to it, and the slot is confirmed there."""
+        ...

@@ -19,31 +19,81 @@ from exporter.settings import QueueSettings
 __all__ = ["PRESETS", "PROFILES", "Preset", "Profile", "profile_of"]
 
 
+# Each preset module declares its own facts; the registry names them, one keyword each.
 PRESETS: dict[str, Preset] = {
     preset.name: preset
     for preset in (
-        Preset("procrastinate", "procrastinate", ">=3.10,<3.11", procrastinate.ProcrastinateReader,
-               procrastinate.CAPABILITIES, procrastinate.RETENTION, None, "procrastinate_jobs"),
-        Preset("pgqueuer", "pgqueuer", ">=1.6,<1.7", pgqueuer.PgqueuerReader,
-               pgqueuer.CAPABILITIES, pgqueuer.RETENTION, "pgqueuer_indexes.sql", "pgqueuer",
-               ("pgqueuer_exporter_held_idx",)),
-        Preset("pgboss", "pg-boss", ">=12,<13 (schema version 46)", pgboss.PgbossReader,
-               pgboss.CAPABILITIES, pgboss.RETENTION, None, "pgboss.job"),
-        Preset("django-tasks", "django-tasks-db", ">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
-               django_tasks.DjangoTasksReader, django_tasks.CAPABILITIES, django_tasks.RETENTION,
-               "django_tasks_indexes.sql", django_tasks.TABLE,
-               ("django_tasks_exporter_running_idx", "django_tasks_exporter_enqueued_idx")),
-        Preset("oban", "oban (Python) / Oban (Elixir)", "Python 0.7; Elixir 2.x", oban.ObanReader,
-               oban.CAPABILITIES, oban.RETENTION, "oban_indexes.sql", "oban_jobs",
-               ("oban_jobs_completed_at_index",)),
-        Preset("graphile-worker", "graphile-worker", ">=0.18,<0.19 (migration 20)",
-               graphile_worker.GraphileWorkerReader, graphile_worker.CAPABILITIES,
-               graphile_worker.RETENTION, "graphile_worker_indexes.sql",
-               "graphile_worker._private_jobs",
-               ("graphile_worker_exporter_locked_idx", "graphile_worker_exporter_dead_idx"),
-               graphile_worker.LOGICAL),
+        Preset(
+            name="procrastinate",
+            library="procrastinate",
+            versions=">=3.10,<3.11",
+            make_reader=procrastinate.ProcrastinateReader,
+            capabilities=procrastinate.CAPABILITIES,
+            retention=procrastinate.RETENTION,
+            table="procrastinate_jobs",
+        ),
+        Preset(
+            name="pgqueuer",
+            library="pgqueuer",
+            versions=">=1.6,<1.7",
+            make_reader=pgqueuer.PgqueuerReader,
+            capabilities=pgqueuer.CAPABILITIES,
+            retention=pgqueuer.RETENTION,
+            table="pgqueuer",
+            index_file="pgqueuer_indexes.sql",
+            required_indexes=("pgqueuer_exporter_held_idx",),
+        ),
+        Preset(
+            name="pgboss",
+            library="pg-boss",
+            versions=">=12,<13 (schema version 46)",
+            make_reader=pgboss.PgbossReader,
+            capabilities=pgboss.CAPABILITIES,
+            retention=pgboss.RETENTION,
+            table="pgboss.job",
+        ),
+        Preset(
+            name="django-tasks",
+            library="django-tasks-db",
+            versions=">=0.13,<0.14 (django-tasks 0.12, Django 5.2)",
+            make_reader=django_tasks.DjangoTasksReader,
+            capabilities=django_tasks.CAPABILITIES,
+            retention=django_tasks.RETENTION,
+            table=django_tasks.TABLE,
+            index_file="django_tasks_indexes.sql",
+            required_indexes=(
+                "django_tasks_exporter_running_idx",
+                "django_tasks_exporter_enqueued_idx",
+            ),
+        ),
+        Preset(
+            name="oban",
+            library="oban (Python) / Oban (Elixir)",
+            versions="Python 0.7; Elixir 2.x",
+            make_reader=oban.ObanReader,
+            capabilities=oban.CAPABILITIES,
+            retention=oban.RETENTION,
+            table="oban_jobs",
+            index_file="oban_indexes.sql",
+            required_indexes=("oban_jobs_completed_at_index",),
+        ),
+        Preset(
+            name="graphile-worker",
+            library="graphile-worker",
+            versions=">=0.18,<0.19 (migration 20)",
+            make_reader=graphile_worker.GraphileWorkerReader,
+            capabilities=graphile_worker.CAPABILITIES,
+            retention=graphile_worker.RETENTION,
+            table="graphile_worker._private_jobs",
+            index_file="graphile_worker_indexes.sql",
+            required_indexes=(
+                "graphile_worker_exporter_locked_idx",
+                "graphile_worker_exporter_dead_idx",
+            ),
+            logical=graphile_worker.LOGICAL,
+        ),
     )
-}  # fmt: skip
+}
 
 # Any: each profile's hooks take the mode that profile made, which the poller hands back.
 PROFILES: dict[str, Profile[Any]] = {

@@ -16,11 +16,11 @@ from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.sqltext import horizon_sessions, sql_blocks
 from exporter.model import (
+    CountingError,
     CountingMode,
     Coverage,
     JobTypeLabels,
     LogicalTarget,
-    PresetError,
     Query,
     Results,
     Row,
@@ -31,7 +31,7 @@ from exporter.model.row_changes import RowChange
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 
-__all__ = ["Gauges", "PresetError", "Query", "Reading", "Results", "Row", "first", "gauges_from"]
+__all__ = ["CountingError", "Gauges", "Query", "Reading", "Results", "Row", "first", "gauges_from"]
 
 # "exact at recounts": counted exactly every few cycles; in between kept from the events the
 # reader sees, which a recount corrects (the dead gauge, as the default profile keeps it).
@@ -178,9 +178,9 @@ class PresetLogical:
     fills: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Preset:
-    """One library: how to read it and what it can tell."""
+    """One library: how to read it and what it can tell (built with keywords only)."""
 
     name: str
     library: str
@@ -190,9 +190,9 @@ class Preset:
     make_reader: type[LedgerReader]
     capabilities: dict[str, Exactness]
     retention: RetentionHint
-    index_file: str | None  # under exporter/profiles/sql/, to run once with psql
     # The library's main table: it must exist, and its OID keys the leader election's lock.
     table: str
+    index_file: str | None = None  # under exporter/profiles/sql/, to run once with psql
     required_indexes: tuple[str, ...] = ()  # the ones index_file creates
     logical: PresetLogical | None = None  # None: polling only
 

@@ -16,7 +16,7 @@ from exporter.counting.horizon import Horizon
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.terminal import TerminalCursor
 from exporter.counting.window import EnqueueWindow, Step
-from exporter.model import PresetError, Query, Results, Row
+from exporter.model import CountingError, Query, Results, Row
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 from exporter.vocabulary import ERROR
 
@@ -116,7 +116,7 @@ class DjangoTasksReader(LedgerReader):
         else:
             step = self.window.step(changes, active_now)
             if step.unexplained:
-                raise PresetError(
+                raise CountingError(
                     f"{len(step.unexplained)} active tasks were outside the enqueued_at window: "
                     f"an enqueuing host's clock is more than {self.clock_margin:g} s behind the "
                     "database's, or a finished task was put back by hand; either can hide "

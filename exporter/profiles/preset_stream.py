@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Self
 
 from exporter.counting.reader import LedgerReader
 from exporter.counting.stream_mode import TRUNCATE_MESSAGE
@@ -48,6 +49,11 @@ class StreamedMode:
     def held(self) -> None:
         """No finished job is held: a long transaction arrives whole at its commit."""
         return None
+
+    @property
+    def stream(self) -> Self:
+        """Fed by the change stream's follower."""
+        return self
 
     def take(self, transactions: Iterable[Transaction]) -> None:
         """Count committed transactions now, in commit order, or keep them for the next cycle

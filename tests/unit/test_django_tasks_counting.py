@@ -8,7 +8,7 @@ import pytest
 
 from exporter.counting.gauges import Reading
 from exporter.counting.window import EnqueueWindow
-from exporter.model import PresetError
+from exporter.model import CountingError
 from exporter.profiles import PRESETS
 from exporter.profiles.django_tasks import ACTIVE, CLOCK_MARGIN, DjangoTasksReader
 from exporter.profiles.mapping import NEVER_FILLED, coverage_of
@@ -105,7 +105,7 @@ def test_an_active_task_outside_the_window_fails_the_collection() -> None:
     cycles.run(T0, [], [])
     # Active now, not active before, not in the window: its enqueued_at is older than the
     # margin allows, so tasks like it that finished in between were missed.
-    with pytest.raises(PresetError, match="outside the enqueued_at window"):
+    with pytest.raises(CountingError, match="outside the enqueued_at window"):
         cycles.run(T0 + 15, [], ["skewed"])
 
 
@@ -113,7 +113,7 @@ def test_a_finished_task_back_in_the_active_set_fails_the_collection() -> None:
     cycles = Cycles()
     cycles.run(T0, [], [])
     cycles.run(T0 + 15, [row("t", "SUCCESSFUL", T0 + 2)], [])
-    with pytest.raises(PresetError):
+    with pytest.raises(CountingError):
         cycles.run(T0 + 30, [row("t", "READY", T0 + 2)], ["t"])
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from exporter.counting.horizon import TIMESTAMP_MARGIN
 from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
-from exporter.model import PresetError
+from exporter.model import CountingError
 from exporter.profiles.graphile_worker import LOCK_TIMEOUT, GraphileWorkerReader
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
@@ -87,7 +87,7 @@ def test_window_bound_follows_the_previous_horizon_and_waits_for_prepared_transa
 
 def test_hidden_sessions_refuse_to_count() -> None:
     reader = GraphileWorkerReader()
-    with pytest.raises(PresetError):
+    with pytest.raises(CountingError):
         reader.queries({"lower_bound": 1000.0, "hidden": 2, "prepared": 0})
 
 

@@ -282,7 +282,7 @@ PLANTED: list[tuple[str, str, Callable[[Path], None]]] = [
     (PLACED, "exporter/ledger.py", _append("X = 1\n")),
     (LISTED, "exporter/board.py", _delete),
     (DECLARED, "exporter/db/pool.py", _append("from exporter.counting import sqltext\n")),
-    (ACYCLIC, DECLARATION, _replace('imports = ["db"]', 'imports = ["db", "runtime"]')),
+    (ACYCLIC, DECLARATION, _replace('imports = ["db", "model"]', 'imports = ["db", "model", "runtime"]')),
     (CAPPED, "bench/planted.py", _append("X = 1\n" * 401)),
     (NAMED, "exporter/web/cycle.py", _append("X = 1\n")),
     (CLASSED, "exporter/web/routes.py", _append("class Board:\n    pass\n")),

@@ -139,6 +139,10 @@ class Mode:
     def position(self) -> int:
         return self.taken[-1] if self.taken else 0
 
+    @property
+    def stream(self) -> Mode:
+        return self
+
 
 def tx(end: int) -> Transaction:
     return Transaction(end - 1, end, 0.0, ())
@@ -257,7 +261,7 @@ def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
 
 
 def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
-    from exporter.model import SlotHealth
+    from exporter.model import SlotHealth, Standing
     from exporter.runtime import QueueRuntime
     from tests.helpers import fast_queue
 
@@ -271,7 +275,15 @@ def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:
     )
     runtime.follower.health = health
     assert runtime.poller.view().slot == health
-    runtime.poller.standing = lambda: (False, False, True, None)  # a standby
+
+    class Standby:
+        async def guard(self) -> bool:
+            return False
+
+        def standing(self) -> Standing:
+            return Standing(collector=False, holding=False, reachable=True)
+
+    runtime.poller.seat = Standby()
     assert runtime.poller.view().slot is None
 
 

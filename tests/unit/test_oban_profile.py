@@ -79,3 +79,13 @@ def test_an_interval_above_half_the_pruners_default_max_age_warns_at_start(
     warned = [r for r in caplog.records if "retention" in r.getMessage()]
     assert len(warned) == 1
     assert warned[0].fields["retention_seconds"] == 60.0  # type: ignore[attr-defined]
+
+
+def test_a_changes_row_without_a_contracted_column_is_refused_by_name() -> None:
+    from exporter.counting.statediff import CHANGE_COLUMNS, change_rows
+    from exporter.model import CountingError
+
+    row = dict.fromkeys(CHANGE_COLUMNS - {"snoozed", "latency"}, 0)
+    with pytest.raises(CountingError, match="lacks the columns latency, snoozed"):
+        change_rows([row])
+    assert change_rows([dict.fromkeys(CHANGE_COLUMNS, 0)]) == [dict.fromkeys(CHANGE_COLUMNS, 0)]

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 
 from exporter.counting.horizon import Horizon, IdWatermark, TxidSnapshot, widen_xid
-from exporter.profiles.base import PresetError
+from exporter.profiles.base import CountingError
 from exporter.profiles.procrastinate import ProcrastinateReader
 from tests.conftest import PgServer, dsn_with_database, execute
 from tests.system.presets.processes import require
@@ -78,7 +78,7 @@ def test_widen_xid_crosses_the_epoch() -> None:
 
 
 def test_hidden_sessions_are_refused() -> None:
-    with pytest.raises(PresetError, match="pg_read_all_stats"):
+    with pytest.raises(CountingError, match="pg_read_all_stats"):
         Horizon.from_row({"lower_bound": 1.0, "hidden": 2, "prepared": 0})
 
 
@@ -106,7 +106,7 @@ async def test_a_role_without_pg_read_all_stats_cannot_count(
         finally:
             await blind.close()
         assert row is not None
-        with pytest.raises(PresetError):
+        with pytest.raises(CountingError):
             reader.queries(row)
     finally:
         await other.close()
@@ -115,5 +115,5 @@ async def test_a_role_without_pg_read_all_stats_cannot_count(
 
 
 def test_a_caching_id_sequence_is_refused() -> None:
-    with pytest.raises(PresetError, match="cache"):
+    with pytest.raises(CountingError, match="cache"):
         Horizon.from_row({"lower_bound": 1.0, "hidden": 0, "prepared": 0, "id_cache": 20})

@@ -11,6 +11,7 @@ from exporter.profiles.oban import ObanReader
 from exporter.service import Service
 from tests.system.presets.exported import RecordedPoller, nonzero
 from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
+from tests.system.presets.statediff_contract import assert_keeps_the_contract
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,10 @@ async def oban_dsn(empty_dsn: str) -> str:
     async with ObanClient(empty_dsn) as oban:
         await oban.install()
     return empty_dsn
+
+
+async def test_the_oban_statements_keep_the_state_diff_row_contract(oban_dsn: str) -> None:
+    await assert_keeps_the_contract(oban_dsn, ObanReader())
 
 
 async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
