@@ -54,6 +54,9 @@ class StreamFold:
         self._run_after = column("run_after")
         self._created = column("created_at")
         self.columns = frozenset(column(role) for role in READ_ROLES)
+        # An UPDATE's old row tells its status, a release (attempts lowered) and whether the
+        # completing statement stamped updated_at.
+        self.old_columns = frozenset((self.status, self._attempts, self._updated_at))
         self._codes = {str(mapping.value(status)): int(status) for status in Status}
         self._numeric = all(isinstance(v, int) for v in mapping.status_values.values())
 
@@ -162,11 +165,9 @@ class StreamFold:
         # commit (an application that completes without touching updated_at). Differences of
         # datetimes, exact to the microsecond as polling's SQL computes them (a difference of
         # two Unix times as floats is not).
-        updated = _time(new.get(self._updated_at))
-        if updated is None or updated == _time(old.get(self._updated_at)):
-            end = datetime.fromtimestamp(commit_time, UTC)
-        else:
-            end = updated
+        stamp = new.get(self._updated_at)
+        updated = _time(stamp) if stamp != old.get(self._updated_at) else None
+        end = datetime.fromtimestamp(commit_time, UTC) if updated is None else updated
         started = _time(new.get(self._started))
         run_after = _time(new.get(self._run_after))
         created = _time(new.get(self._created))

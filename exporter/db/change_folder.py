@@ -33,6 +33,7 @@ from exporter.db.pgoutput import (
     decode,
     read_row,
     relation_of,
+    value_at,
 )
 from exporter.model.change_tally import ChangeTally
 from exporter.model.row_changes import (
@@ -67,9 +68,9 @@ class _Layout:
     """A relation of the watched table: which columns to keep, by position."""
 
     names: tuple[str | None, ...]  # the kept columns' names; None: stepped over
+    old: tuple[str | None, ...]  # the same, of those read from an UPDATE's old row
     keys: tuple[str | None, ...]  # the same, of the identity's columns only (a 'K' old row)
-    status: tuple[str | None, ...]  # the status column alone
-    key_status: tuple[str | None, ...]  # the status column, if the identity holds it
+    status: int | None  # the status column's position (None: the relation does not send it)
 
 
 class Outlet:
@@ -186,9 +187,12 @@ class TransactionFolder:
         wanted = self.fold.columns
         names = tuple(c if c in wanted else None for c in message.columns)
         keys = tuple(n if key else None for n, key in zip(names, message.keys, strict=True))
-        status = tuple(c if c == self.fold.status else None for c in message.columns)
-        key_status = tuple(c if key else None for c, key in zip(status, message.keys, strict=True))
-        self._layouts[message.oid] = _Layout(names, keys, status, key_status)
+        read_old = self.fold.old_columns
+        old = tuple(c if c in read_old else None for c in names)
+        keys = tuple(c if c in read_old else None for c in keys)
+        columns = message.columns
+        status = columns.index(self.fold.status) if self.fold.status in columns else None
+        self._layouts[message.oid] = _Layout(names, old, keys, status)
 
     def _change(self, kind: int, data: bytes, layout: _Layout) -> None:
         if kind == _INSERT:
@@ -209,41 +213,40 @@ class TransactionFolder:
 
     def _update(self, data: bytes, layout: _Layout) -> None:
         marker = data[5] if len(data) > 5 else -1
-        old_at: int | None = None
-        new_at = 6
         status = self.fold.status
-        # The statuses alone first: most updates (claims, heartbeats) count nothing.
-        if marker in _OLD_ROWS:
-            old_at = 6
-            before, after_old = read_row(
-                data, 6, layout.status if marker == _OLD else layout.key_status
-            )
-            if after_old >= len(data) or data[after_old] != _NEW:
-                raise PgoutputError("an Update without its new tuple")
-            new_at = after_old + 1
-        elif marker != _NEW:
-            raise PgoutputError("an Update without its new tuple")
-        after, end = read_row(data, new_at, layout.status)
-        _done(data, end)
-        if old_at is None:
-            before = after  # no old key: none of the identity's columns (the status) changed
-        old_status, new_status = before.get(status, UNCHANGED), after.get(status, UNCHANGED)
-        if (
-            not isinstance(old_status, Unchanged)
-            and not isinstance(new_status, Unchanged)
-            and self.fold.quiet(old_status, new_status)
-        ):
-            self._add(_QUIET)  # read (rows_read counts it), nothing else: no row is built
-            return
         old: dict[str, Value] | None = None
-        if old_at is not None:
-            old = read_row(data, old_at, layout.names if marker == _OLD else layout.keys)[0]
-        new = read_row(data, new_at, layout.names)[0]
-        if old is not None:
-            # An unchanged TOASTed value is sent as a marker: the old row has it, when sent.
+        if marker in _OLD_ROWS:
+            old, new_at = read_row(data, 6, layout.old if marker == _OLD else layout.keys)
+            if new_at >= len(data) or data[new_at] != _NEW:
+                raise PgoutputError("an Update without its new tuple")
+            new_at += 1
+        elif marker == _NEW:
+            new_at = 6
+        else:
+            raise PgoutputError("an Update without its new tuple")
+        # The new status alone first: most updates (claims, heartbeats) count nothing, and
+        # their new row is never read past it. An old key-only row without the status is
+        # unknown; no old row at all means the identity's columns (the status) did not change.
+        after: Value = UNCHANGED
+        if layout.status is not None:
+            after = value_at(data, new_at, layout.status)
+        before = after if old is None else old.get(status, UNCHANGED)
+        if (
+            not isinstance(before, Unchanged)
+            and not isinstance(after, Unchanged)
+            and self.fold.quiet(before, after)
+        ):
+            self._add(_QUIET)  # read (rows_read counts it), nothing else
+            return
+        new, end = read_row(data, new_at, layout.names)
+        _done(data, end)
+        if marker == _OLD and UNCHANGED in new.values():
+            # An unchanged TOASTed value is sent as a marker; the whole old row (FULL) has it,
+            # so read it whole this once (the old row read so far holds only old_columns).
+            whole = read_row(data, 6, layout.names)[0]
             for column, value in new.items():
-                if value is UNCHANGED and column in old:
-                    new[column] = old[column]
+                if value is UNCHANGED:
+                    new[column] = whole.get(column, UNCHANGED)
         self._add(RowChange(UPDATE, old=None if old is None else _text(old), new=_text(new)))
 
     def _add(self, change: RowChange) -> None:
@@ -264,8 +267,9 @@ _QUIET = RowChange(UPDATE)
 
 def _text(row: dict[str, Value]) -> dict[str, str | None]:
     """A decoded row without its unchanged-TOAST markers (those values are unknown)."""
-    for column in [c for c, v in row.items() if v is UNCHANGED]:
-        del row[column]
+    if UNCHANGED in row.values():
+        for column in [c for c, v in row.items() if v is UNCHANGED]:
+            del row[column]
     return cast(dict[str, str | None], row)
 
 

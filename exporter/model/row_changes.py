@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from exporter.model.change_tally import ChangeTally
 
@@ -24,10 +24,11 @@ INSERT, UPDATE, DELETE, TRUNCATE = "insert", "update", "delete", "truncate"
 TextRow = Mapping[str, str | None]
 
 
-@dataclass(frozen=True)
-class RowChange:
+class RowChange(NamedTuple):
     """One change of one row: ``old`` is None for an INSERT (and for an UPDATE whose identity
-    columns did not change, when the identity is an index), ``new`` is None for a DELETE."""
+    columns did not change, when the identity is an index), ``new`` is None for a DELETE.
+    A tuple rather than a frozen dataclass: the stream's thread makes one per change, and a
+    tuple is made in half the time."""
 
     kind: str
     old: TextRow | None = None
@@ -41,6 +42,12 @@ class ChangeFold(Protocol):
     @property
     def columns(self) -> frozenset[str]:
         """The table's columns the rules read: the decoder keeps these and steps over the rest."""
+        ...
+
+    @property
+    def old_columns(self) -> frozenset[str]:
+        """Of them, those the rules read from the old row of an UPDATE (a DELETE's is read
+        whole): fewer values decoded for the most frequent change."""
         ...
 
     @property

@@ -78,7 +78,7 @@ class GraphileChanges:
 class GraphileFold:
     """Counts committed changes of ``_private_jobs`` into a tally, by task_id; pure."""
 
-    columns = COLUMNS
+    columns = old_columns = COLUMNS
     status = "locked_at"  # a row locked after an UPDATE counts nothing (a claim, a change)
 
     def __init__(self, buckets: Buckets) -> None:

@@ -406,3 +406,14 @@ def test_the_demo_refuses_logical_counting_before_starting_a_cluster(
 
     assert main(["demo", "--collect.counting", "logical"], {}) == 2
     assert "collect.counting: the demo counts by polling only" in capsys.readouterr().err
+
+
+def test_an_unchanged_toast_value_is_taken_from_the_whole_old_row_under_full_identity() -> None:
+    # A long last_error the failing UPDATE did not rewrite arrives as 'u' in the new row.
+    f = folder()
+    error = "JobDeadlineExceeded: " + "x" * 3000
+    old = values(2, 1, last_error=error)
+    transaction(f, 100, pg.update(OID, values(1, 1, last_error=pg.TOAST), old))
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    assert credited([batch]).failures == {("7", "deadline"): 1}
