@@ -32,6 +32,7 @@ from exporter.model import (
     SlotHealth,
     Snapshot,
     Standing,
+    StreamHealth,
     Tallies,
 )
 from exporter.model.exchange import CountingError, CountingMode
@@ -66,12 +67,15 @@ class Companion(Protocol):
     follower (exporter/db/slot_follower.py), fed before each cycle."""
 
     async def feed(self, mode: CountingMode, rebaseline: Callable[[], CountingMode]) -> None:
-        """Hand the mode what committed since the last cycle, after a lost slot to the mode
-        ``rebaseline`` returns (DatabaseError: the stream failed)."""
+        """Hand the mode what committed since, after a lost slot to ``rebaseline()``'s."""
         ...
 
     def slot(self) -> SlotHealth | None:
         """The slot as the server reported it at the last feed."""
+        ...
+
+    def stream_health(self) -> StreamHealth:
+        """The stream's own figures since start (restarts, confirmation waits cut short)."""
         ...
 
 
@@ -194,6 +198,7 @@ class Poller:
             fresh_until=self._fresh_until(),
             position=self.mode.stream.position if self.mode.stream is not None else None,
             slot=self.companion.slot() if self.companion is not None else None,
+            stream=self.companion.stream_health() if self.companion is not None else None,
         )
 
     def _held(self) -> HeldJobs | None:

@@ -12,7 +12,6 @@ import logging
 import sys
 
 from exporter.db import DatabaseError
-from exporter.db.change_stream import psycopg2_modules
 from exporter.db.slot_setup import (
     check_all,
     drop_slot,
@@ -20,6 +19,7 @@ from exporter.db.slot_setup import (
     setup_script,
     slot_of,
 )
+from exporter.db.stream_failure import psycopg2_modules
 from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
 from exporter.settings import ConfigError, QueueSettings, Settings

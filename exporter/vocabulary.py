@@ -64,7 +64,21 @@ QUERY = "query"
 SCHEMA = "schema"
 PERMISSION = "permission"
 INTERNAL = "internal"
-COLLECTION_ERROR_REASONS = (TIMEOUT, LOCK, CONNECTION, QUERY, SCHEMA, PERMISSION, INTERNAL)
+STREAM = "stream"  # collect.counting: logical: the change stream failed (reason below)
+COLLECTION_ERROR_REASONS = (
+    TIMEOUT, LOCK, CONNECTION, QUERY, SCHEMA, PERMISSION, INTERNAL, STREAM,
+)  # fmt: skip
+
+# Why a logical queue's change stream ended and was started again
+# (jobqueue_exporter_logical_stream_restarts_total), from the SQLSTATE where there is one.
+STREAM_CONNECT = "connect"  # no connection: address, pg_hba.conf, password, server down
+STREAM_LOST = "lost"  # the connection broke while streaming (or its peer went silent)
+STREAM_IN_USE = "in_use"  # another process reads the slot (SQLSTATE 55006)
+STREAM_SETUP = "setup"  # the server refused the slot or the publication as they are
+STREAM_DECODE = "decode"  # a message that is not pgoutput v1, or not UTF-8
+STREAM_RESTART_REASONS = (
+    STREAM_CONNECT, STREAM_LOST, STREAM_IN_USE, PERMISSION, STREAM_SETUP, STREAM_DECODE, INTERNAL,
+)  # fmt: skip
 
 # The indexes the default profile's per-cycle queries need (exporter/sql/indexes.sql).
 ACTIVE_INDEX = "job_exporter_active_idx"

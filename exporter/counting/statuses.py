@@ -119,15 +119,15 @@ def closest_status(text: str | None, statuses: StatusValues, seen: Iterable[str]
     return ""
 
 
-def count_unmapped(counter: Counter[str], shown: str) -> str | None:
-    """Count one row of the shown value; the key just named for the first time, else None.
+def count_unmapped(counter: Counter[str], shown: str, rows: int = 1) -> str | None:
+    """Count ``rows`` rows of the shown value; the key just named for the first time, else None.
 
     Past MAX_NAMED named values, new ones are counted under OTHER_VALUES.
     """
     named = len(counter) - (1 if OTHER_VALUES in counter else 0)
     key = shown if shown in counter or named < MAX_NAMED else OTHER_VALUES
     new = key not in counter
-    counter[key] += 1
+    counter[key] += rows
     return key if new else None
 
 

@@ -1,169 +1,176 @@
-"""Committed row changes of the queue's table into the counters polling feeds; no I/O.
+"""The default profile's transition rules for the change stream, and tallies into the counters.
 
 The logical counting mode (docs/logical.md) reads each committed INSERT, UPDATE and DELETE of
 the job table from a replication slot, with the old row (REPLICA IDENTITY FULL, or an identity
-index that carries the status) and the new one. Every transition is then seen, in commit order,
-however many happen between two collections: the counts come from the two rows of each change,
-never from a guess. Values arrive as PostgreSQL's text output, keyed by the table's column
-names; the table mapping says which column plays which role and what each status value is.
+index that carries the status and attempts) and the new one. Every transition is then seen, in
+commit order, however many happen between two collections: the counts come from the two rows of
+each change, never from a guess. :class:`StreamFold` counts them in the stream's thread, by the
+job type as the table holds it; :func:`credit` adds a tally to the queue's counters on the event
+loop, where job types become labels. Values are PostgreSQL's text output, keyed by the table's
+column names; the table mapping says which column plays which role and what each status value
+is. No I/O.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from exporter.counting.results import classify, decode_result, split_error
 from exporter.counting.statuses import count_unmapped, show_status
 from exporter.counting.tracker import TrackerOptions
-from exporter.model import DEAD, DONE, PENDING, RUNNING, JobType, JobTypeLabels, Tallies
-from exporter.model.row_changes import (
-    DELETE,
-    INSERT,
-    TRUNCATE,
-    UPDATE,
-    RowChange,
-    TextRow,
-    Transaction,
-)
+from exporter.model import DEAD, DONE, PENDING, RUNNING, JobType, Tallies
+from exporter.model.change_tally import OVERFLOW, ChangeTally
+from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, TextRow
 from exporter.settings.table import TableMapping
-from exporter.vocabulary import LEASE_EXPIRED, Status
+from exporter.vocabulary import LEASE_EXPIRED, OTHER, Status
 
 # The label of the status an active job had when its row was deleted.
 ACTIVE_NAMES: dict[int, str] = {PENDING: "pending", RUNNING: "running"}
+# The roles whose columns the rules read; every other column is stepped over undecoded.
+READ_ROLES = (
+    "status", "job_type", "attempts", "last_error", "result", "updated_at", "run_started_at",
+    "run_after", "created_at",
+)  # fmt: skip
+
+Buckets = tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]
 
 
-class ChangeCounter:
-    """Counts each committed change once, in commit order, into the queue's Tallies."""
+class StreamFold:
+    """Counts committed changes of the job table into a tally; one change at a time, pure."""
 
-    def __init__(
-        self,
-        mapping: TableMapping,
-        options: TrackerOptions,
-        labels: JobTypeLabels,
-        tallies: Tallies,
-    ) -> None:
+    def __init__(self, mapping: TableMapping, options: TrackerOptions, buckets: Buckets) -> None:
         self.options = options
-        self.labels = labels
-        self.tallies = tallies
-        self._column = {role: mapping.column(role) for role in mapping.columns}
-        self._codes = {str(value): code for code, value in _codes(mapping).items()}
+        self._buckets = buckets
+        column = mapping.column
+        self.status = column("status")
+        self._job_type = column("job_type")
+        self._attempts = column("attempts")
+        self._last_error = column("last_error")
+        self._result = column("result")
+        self._updated_at = column("updated_at")
+        self._started = column("run_started_at")
+        self._run_after = column("run_after")
+        self._created = column("created_at")
+        self.columns = frozenset(column(role) for role in READ_ROLES)
+        # An UPDATE's old row tells its status, a release (attempts lowered) and whether the
+        # completing statement stamped updated_at.
+        self.old_columns = frozenset((self.status, self._attempts, self._updated_at))
+        self._codes = {str(mapping.value(status)): int(status) for status in Status}
         self._numeric = all(isinstance(v, int) for v in mapping.status_values.values())
-        # End of the last counted commit: a transaction the server sends again (after its
-        # crash, or a reconnect before a confirmation) ends no later, and is skipped.
-        self.position = 0
-        self.changes = 0  # changes counted since start
-        self.skipped = 0  # transactions sent again and not counted twice
-        self.truncates = 0  # TRUNCATEs of the table: rows gone without a change each
-        # Change in the number of DEAD rows per job_type, taken by the mode's dead gauge.
-        self.dead_delta: Counter[JobType] = Counter()
-        # Unmapped status values named for the first time (shown, the row's text).
-        self.unmapped_new: list[tuple[str, str | None]] = []
 
-    def apply(self, transaction: Transaction) -> bool:
-        """Count one committed transaction; False when it was counted before (sent again)."""
-        if transaction.end_lsn <= self.position:
-            self.skipped += 1
+    def tally(self) -> ChangeTally:
+        """A new tally with the queue's buckets."""
+        return ChangeTally(*self._buckets)
+
+    def quiet(self, old: str | None, new: str | None) -> bool:
+        """A claim (pending to running), a heartbeat (status unchanged) or a change of a DONE row
+        counts nothing, as long as the new status is a mapped one (an unmapped one is counted)."""
+        codes = self._codes
+        after = codes.get(new) if new is not None else None
+        if after is None:
             return False
-        for change in transaction.changes:
-            self._apply(change, transaction.commit_time)
-            self.changes += 1
-        self.position = transaction.end_lsn
-        return True
+        if old == new:
+            return True
+        before = codes.get(old) if old is not None else None
+        return before == DONE or (before == PENDING and after == RUNNING)
 
-    # --- one change ---------------------------------------------------------------------
-
-    def _apply(self, change: RowChange, commit_time: float) -> None:
-        if change.kind == TRUNCATE:
-            self.truncates += 1
-            return
-        if change.kind == INSERT and change.new is not None:
-            self.tallies.enqueued[self._label(change.new)] += 1
+    def count(self, change: RowChange, commit_time: float, tally: ChangeTally) -> None:
+        """Count one committed change."""
+        tally.changes += 1
+        kind = change.kind
+        new, old = change.new, change.old
+        if kind == INSERT and new is not None:
+            tally.enqueued[tally.key(self._key(new))] += 1
+            after = self._status(new, tally)
             # A row inserted finished (an archive restore) is counted as if it had been
             # inserted pending and then changed, as polling counts a row it meets first.
-            self._transition(PENDING, {}, change.new, commit_time)
-        elif change.kind == UPDATE and change.new is not None:
-            old = change.old
-            if old is None or self._column["status"] not in old:
-                # An identity index on (job_id, status) sends no old key when neither changed.
-                old = {
-                    **(old or {}),
-                    self._column["status"]: change.new.get(self._column["status"]),
-                }
-            self._transition(self._status(old, count=False), old, change.new, commit_time)
-        elif change.kind == DELETE and change.old is not None:
-            status = self._status(change.old, count=False)
-            if status in ACTIVE_NAMES:
+            if after is not None and after != PENDING:
+                self._transition(PENDING, after, {}, new, commit_time, tally)
+        elif kind == UPDATE and new is not None:
+            status = self.status
+            if old is None or status not in old:
+                # An identity index sends no old key when none of its columns changed.
+                old = {**(old or {}), status: new.get(status)}
+            after = self._status(new, tally)
+            text = old[status]
+            before = self._codes.get(text) if text is not None else None
+            # Unmapped means uncounted: a change from or to a status the mapping does not name
+            # is in jobqueue_exporter_unmapped_status_rows_total (its new row) and nowhere else.
+            if after is not None and before is not None:
+                self._transition(before, after, old, new, commit_time, tally)
+        elif kind == DELETE and old is not None:
+            text = old.get(self.status)
+            before = self._codes.get(text) if text is not None else None
+            if before in ACTIVE_NAMES:
                 # Gone before it finished (retention, a manual cleanup): not a completion.
-                self.tallies.vanished[ACTIVE_NAMES[status]] += 1
-            elif status == DEAD:
-                self.dead_delta[self._job_type(change.old)] -= 1
+                tally.vanished[ACTIVE_NAMES[before]] += 1
+            elif before == DEAD:
+                tally.dead_delta[self._key(old)] -= 1
             # A finished (DONE) row was counted when it finished.
+        elif kind == TRUNCATE:
+            tally.truncates += 1
 
     def _transition(
-        self, before: int | None, old: TextRow, new: TextRow, commit_time: float
+        self, before: int, after: int, old: TextRow, new: TextRow, at: float, tally: ChangeTally
     ) -> None:
-        after = self._status(new)
-        if after is None:
-            return
         if before == DONE:
             return  # DONE is terminal in the queue; a changed DONE row is not ours to count
-        label = self._label(new)
-        tallies = self.tallies
-        job_type = self._job_type(new)
+        job_type = self._key(new)
+        key = tally.key(job_type)
         if before == DEAD and after != DEAD:
-            self.dead_delta[job_type] -= 1
+            tally.dead_delta[job_type] -= 1
             if after == PENDING:
-                tallies.requeued[label] += 1
+                tally.requeued[key] += 1
             return
         if after == DONE and before in (PENDING, RUNNING):
-            self._count_completion(old, new, label, commit_time)
+            self._completion(old, new, key, at, tally)
         elif after == PENDING and before == RUNNING:
             if self._released(old, new):
                 return  # handed back (attempts - 1): no attempt failed, nothing to count
-            tallies.failures[(label, self._reason(new))] += 1
+            tally.failures[(key, self._reason(new))] += 1
         elif after == DEAD and before != DEAD:
             reason = self._reason(new)
             if before == RUNNING:
-                tallies.failures[(label, reason)] += 1  # the attempt that killed it
-            tallies.dead[(label, reason)] += 1
-            self.dead_delta[job_type] += 1
+                tally.failures[(key, reason)] += 1  # the attempt that killed it
+            tally.dead[(key, reason)] += 1
+            tally.dead_delta[job_type] += 1
 
     def _released(self, old: TextRow, new: TextRow) -> bool:
         # A worker that hands its job back lowers attempts, which no failure does. Without
         # the old attempts (an identity index that does not carry them) it reads as a failure.
-        before, after = (
-            _int(old.get(self._column["attempts"])),
-            _int(new.get(self._column["attempts"])),
-        )
+        before, after = _int(old.get(self._attempts)), _int(new.get(self._attempts))
         return before is not None and after is not None and after < before
 
     def _reason(self, new: TextRow) -> str:
         # The newest failure: a reclaim when the reaper's marker ends last_error, else the
         # worker's message (NOTES.md: the text before the marker belongs to an earlier one).
-        error = split_error(new.get(self._column["last_error"]), self.options.lease_marker)
+        error = split_error(new.get(self._last_error), self.options.lease_marker)
         if error.reclaims:
             return LEASE_EXPIRED
         return classify(error.base, self.options.deadline_prefix)
 
-    def _count_completion(self, old: TextRow, new: TextRow, label: str, commit_time: float) -> None:
-        tallies = self.tallies
-        tallies.completed[label] += 1
-        outcome = decode_result(new.get(self._column["result"]), self.options.paths)
+    def _completion(
+        self, old: TextRow, new: TextRow, key: JobType, commit_time: float, tally: ChangeTally
+    ) -> None:
+        tally.completed[key] += 1
+        outcome = decode_result(new.get(self._result), self.options.paths)
         for field_name in outcome.malformed:
-            tallies.malformed[field_name] += 1
+            tally.malformed[field_name] += 1
         for component, usd in outcome.cost.items():
-            tallies.add_cost(label, component, usd)
+            pair = (key, component)
+            tally.cost[pair] = tally.cost.get(pair, 0.0) + usd
         # The completion's moment: updated_at when the completing statement set it, else the
-        # commit (an application that completes without touching updated_at).
-        # Differences of datetimes, exact to the microsecond as polling's SQL computes them
-        # (a difference of two Unix times as floats is not).
-        updated = self._time(new, "updated_at")
-        end = updated if updated is not None and updated != self._time(old, "updated_at") else None
-        end = datetime.fromtimestamp(commit_time, UTC) if end is None else end
-        started = self._time(new, "run_started_at")
-        run_after = self._time(new, "run_after")
-        created = self._time(new, "created_at")
+        # commit (an application that completes without touching updated_at). Differences of
+        # datetimes, exact to the microsecond as polling's SQL computes them (a difference of
+        # two Unix times as floats is not).
+        stamp = new.get(self._updated_at)
+        updated = _time(stamp) if stamp != old.get(self._updated_at) else None
+        end = datetime.fromtimestamp(commit_time, UTC) if updated is None else updated
+        started = _time(new.get(self._started))
+        run_after = _time(new.get(self._run_after))
+        created = _time(new.get(self._created))
         duration = outcome.duration_seconds
         if duration is None and started is not None:
             duration = max(0.0, (end - started).total_seconds())
@@ -171,42 +178,67 @@ class ChangeCounter:
         if run_after is not None:
             wait = max(0.0, ((started or run_after) - run_after).total_seconds())
         latency = max(0.0, (end - created).total_seconds()) if created is not None else None
-        tallies.observe(label, duration, wait=wait, latency=latency)
+        tally.observe(key, duration, wait, latency)
 
-    # --- values -------------------------------------------------------------------------
-
-    def _status(self, row: TextRow, *, count: bool = True) -> int | None:
-        column = self._column["status"]
-        if column not in row:
+    def _status(self, row: TextRow, tally: ChangeTally) -> int | None:
+        """The row's status code; an unmapped value is counted in the tally, once per row."""
+        if self.status not in row:
             return None
-        text = row[column]
+        text = row[self.status]
         code = self._codes.get(text) if text is not None else None
-        if code is None and count:
-            # Counted once per change, from its new row: the old one was counted as new.
-            key = count_unmapped(
-                self.tallies.unmapped_status, show_status(text, numeric=self._numeric)
-            )
-            if key is not None:
-                self.unmapped_new.append((key, text))
+        if code is None:
+            shown = show_status(text, numeric=self._numeric)
+            tally.unmapped[shown] += 1
+            tally.unmapped_text.setdefault(shown, text)
         return code
 
-    def _job_type(self, row: TextRow) -> JobType:
-        text = row.get(self._column["job_type"])
+    def _key(self, row: TextRow) -> JobType:
+        text = row.get(self._job_type)
         if text is None:
             return ""
-        return int(text) if text.lstrip("-").isdigit() and text.isascii() else text
-
-    def _label(self, row: TextRow) -> str:
-        return self.labels.label(self._job_type(row))
-
-    def _time(self, row: TextRow, role: str) -> datetime | None:
-        column = self._column.get(role)
-        text = row.get(column) if column is not None else None
-        return parse_time(text) if text is not None else None
+        return int(text) if text.isascii() and text.lstrip("-").isdigit() else text
 
 
-def _codes(mapping: TableMapping) -> dict[int, int | str]:
-    return {int(status): mapping.value(status) for status in Status}
+def credit(
+    tally: ChangeTally,
+    tallies: Tallies,
+    label: Callable[[JobType], str],
+    unmapped_new: list[tuple[str, str | None]],
+) -> None:
+    """Add a tally to the queue's counters, job types turned into labels; an unmapped status
+    value named for the first time goes to ``unmapped_new`` (shown, the row's text)."""
+
+    def one(key: JobType) -> str:
+        return OTHER if key == OVERFLOW else label(key)
+
+    for mine, theirs in (
+        (tallies.enqueued, tally.enqueued),
+        (tallies.completed, tally.completed),
+        (tallies.requeued, tally.requeued),
+        (tallies.cancelled, tally.cancelled),
+    ):
+        for key, n in theirs.items():
+            mine[one(key)] += n
+    for pairs, counted in ((tallies.failures, tally.failures), (tallies.dead, tally.dead)):
+        for (key, reason), n in counted.items():
+            pairs[(one(key), reason)] += n
+    for (key, component), usd in tally.cost.items():
+        tallies.add_cost(one(key), component, usd)
+    tallies.malformed.update(tally.malformed)
+    for table, observed in (
+        (tallies.duration, tally.duration),
+        (tallies.wait, tally.wait),
+        (tallies.latency, tally.latency),
+    ):
+        for key, histogram in observed.items():
+            name = one(key)
+            found = table.get(name)
+            table[name] = histogram if found is None else found.merged(histogram)
+    tallies.vanished.update(tally.vanished)
+    for shown, rows in tally.unmapped.items():
+        named = count_unmapped(tallies.unmapped_status, shown, rows)
+        if named is not None:
+            unmapped_new.append((named, tally.unmapped_text.get(shown)))
 
 
 def _int(text: str | None) -> int | None:
@@ -216,9 +248,18 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def _time(text: str | None) -> datetime | None:
+    return parse_time(text) if text is not None else None
+
+
 def parse_time(text: str) -> datetime | None:
     """A timestamptz's text output (DateStyle ISO); None for infinity."""
     try:
         return datetime.fromisoformat(text)
     except ValueError:
         return None
+
+
+def dead_moved(into: Counter[JobType], tally: ChangeTally) -> None:
+    """Add a tally's change in DEAD rows per job type to the mode's (its dead gauge's)."""
+    into.update(tally.dead_delta)

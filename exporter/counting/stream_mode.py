@@ -1,33 +1,34 @@
 """The logical counting mode: counters from the table's change stream, gauges from the snapshot.
 
-Before each cycle the database layer hands the mode the transactions committed since the last
-one (:meth:`LogicalMode.take`); they are counted at once, in commit order, by the
-:class:`~exporter.counting.stream_counter.ChangeCounter`. The cycle itself reads only the
-gauges, with polling's snapshot queries. The slot is confirmed where :class:`Confirmation`
-says: the end of the last commit whose counts a /metrics response carried, or, while nothing
-scrapes, one counted a few intervals ago. No I/O (docs/logical.md).
+The stream's thread folds each committed change with the mode's rules (:meth:`LogicalMode.fold`,
+a :class:`~exporter.counting.stream_counter.StreamFold`); before each cycle the database layer
+hands the mode what was folded since, whole transactions only (:meth:`LogicalMode.take`), and
+the mode adds it to the queue's counters. The cycle itself reads only the gauges, with polling's
+snapshot queries. No I/O (docs/logical.md).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Self
 
 from exporter.counting.snapshot import DeadLetter, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
-from exporter.counting.stream_counter import ChangeCounter
+from exporter.counting.stream_counter import StreamFold, credit
 from exporter.counting.transitions import CursorOptions
 from exporter.model import (
     Collected,
     Cycle,
+    JobType,
     JobTypeLabels,
     Notice,
     Query,
     Row,
     Tallies,
 )
-from exporter.model.row_changes import Transaction
+from exporter.model.row_changes import Batch
 from exporter.settings.table import TableMapping
 
 HORIZON = "SELECT now() AS now"  # no horizon to find: the stream is ordered by commit
@@ -46,21 +47,19 @@ class LogicalMode:
     mapping: TableMapping
     labels: JobTypeLabels
     tallies: Tallies
-    counter: ChangeCounter = field(init=False)
+    position: int = 0  # the end of the last counted commit (0: none yet)
+    changes: int = 0  # changes of the table read since the baseline
+    truncates: int = 0
     _cycle: int = 0
     dead_letter: DeadLetter = field(default_factory=DeadLetter)
+    # Change in DEAD rows per job type since the last cycle, for the dead gauge.
+    dead_delta: Counter[JobType] = field(default_factory=Counter)
+    # Unmapped status values named for the first time (shown, the row's text).
+    unmapped_new: list[tuple[str, str | None]] = field(default_factory=list)
     _changes_at_cycle: int = 0
     _truncates_seen: int = 0
     _stats_values: list[str] = field(default_factory=list)
     _stats_named: set[str] = field(default_factory=set)
-
-    def __post_init__(self) -> None:
-        self.counter = ChangeCounter(self.mapping, self.options.tracker, self.labels, self.tallies)
-
-    @property
-    def position(self) -> int:
-        """The end of the last counted commit (0: none yet)."""
-        return self.counter.position
 
     @property
     def tracked(self) -> None:
@@ -77,10 +76,20 @@ class LogicalMode:
         """Fed by the change stream's follower."""
         return self
 
-    def take(self, transactions: Iterable[Transaction]) -> None:
-        """Count committed transactions, in the order they committed (re-sent ones once)."""
-        for transaction in transactions:
-            self.counter.apply(transaction)
+    def fold(self) -> StreamFold:
+        """The rules the stream's thread counts each change with."""
+        tallies = self.tallies
+        buckets = (tallies.duration_bounds, tallies.wait_bounds, tallies.latency_bounds)
+        return StreamFold(self.mapping, self.options.tracker, buckets)
+
+    def take(self, batch: Batch) -> None:
+        """Add what the stream folded (whole transactions, in commit order) to the counters."""
+        tally = batch.tally
+        credit(tally, self.tallies, self.labels.label, self.unmapped_new)
+        self.dead_delta.update(tally.dead_delta)
+        self.changes += tally.changes
+        self.truncates += tally.truncates
+        self.position = max(self.position, batch.position)
 
     def horizon_query(self) -> Query:
         """A trivial autocommit statement: the stream needs no horizon."""
@@ -101,14 +110,13 @@ class LogicalMode:
             self._stats_values = [r["value"] for r in stats if r["value"] is not None]
             notices += stats_notices(statuses, self._stats_values, self._stats_named)
         done_rows = (yield Query("done", self.sql["done"])) if options.done_count else None
-        counter = self.counter
         # A recount sees every change committed before its snapshot, and perhaps some that are
         # not handed over yet: those adjust it until the next recount.
-        dead = self.dead_letter.update(self._cycle, dead_rows, counter.dead_delta)
-        notices += unmapped_notices(statuses, counter.unmapped_new, self._stats_values)
-        if counter.truncates > self._truncates_seen:
-            self._truncates_seen = counter.truncates
+        dead = self.dead_letter.update(self._cycle, dead_rows, self.dead_delta)
+        notices += unmapped_notices(statuses, self.unmapped_new, self._stats_values)
+        if self.truncates > self._truncates_seen:
+            self._truncates_seen = self.truncates
             notices.append(Notice(TRUNCATE_MESSAGE, {"table": self.mapping.name}))
         snapshot = gauges(now, rows, dead, done_rows, self.labels)
-        read, self._changes_at_cycle = counter.changes - self._changes_at_cycle, counter.changes
+        read, self._changes_at_cycle = self.changes - self._changes_at_cycle, self.changes
         return Collected(snapshot=snapshot, counting=True, rows_read=read, notices=tuple(notices))

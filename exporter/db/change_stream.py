@@ -5,78 +5,77 @@ asyncpg does not speak the replication protocol, so psycopg2's LogicalReplicatio
 WAL record once and keeps its reorder buffer between messages; the SQL functions
 (``pg_logical_slot_get_binary_changes``) would decode again from the slot's restart_lsn on
 every call, which behind a long transaction grows without bound (docs/logical.md). The thread
-hands each committed transaction of the table to the event loop whole, in commit order, and
-confirms the slot only as far as the event loop says (:meth:`ChangeStream.confirm`): the end of
-the last commit whose counts a /metrics response carried. A slot found invalidated, or gone
-after this process read from it, is a gap (:class:`Gap`): the thread replaces it with a new one
-and says so in the queue, where the counting mode takes a new baseline (docs/logical.md, "Gaps").
+folds each committed transaction of the table as it arrives (db/change_folder.py) and reads as
+fast as the server sends; the event loop takes the folded batches (:meth:`ChangeStream.take`)
+and says how far the slot may be confirmed (:meth:`ChangeStream.confirm`): the end of the last
+commit whose counts a /metrics response carried.
+
+Each start is a run (:class:`StreamRun`) with its own stop flag and outlet, and a run's thread
+is never forgotten while it lives: a run that did not stop in time keeps the next from starting,
+so two threads never read one slot. A run that ends on an error keeps it (:class:`StreamFailure`,
+its reason from the SQLSTATE) until the event loop takes it with what the run folded before.
+A slot found invalidated, or gone after this process read from it, is a gap (:class:`Gap`): the
+thread replaces it with a new one and says so in the outlet, where the counting mode takes a new
+baseline (docs/logical.md, "Gaps").
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import os
-import queue
 import select
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from exporter.db.pgoutput import (
-    UNCHANGED,
-    Begin,
-    Commit,
-    Delete,
-    Insert,
-    Relation,
-    Truncate,
-    Update,
-    Value,
-    decode,
-)
+from exporter.db.change_folder import Gap, Outlet, TransactionFolder
+from exporter.db.pgoutput import PgoutputError
 from exporter.db.pool import DatabaseError
-from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
+from exporter.db.stream_failure import (
+    NOT_IN_PREREQUISITE_STATE,
+    StreamFailure,
+    failure_of,
+    first_line,
+    psycopg2_modules,
+)
+from exporter.model.row_changes import Batch, ChangeFold
+from exporter.vocabulary import (
+    INTERNAL,
+    STREAM,
+    STREAM_CONNECT,
+    STREAM_DECODE,
+    STREAM_LOST,
+)
+
+__all__ = ["ChangeStream", "Gap", "StreamFailure", "StreamOptions", "StreamRun"]
 
 log = logging.getLogger(__name__)
 
-EXTRA_HINT = "collect.counting: logical needs psycopg2: pip install 'jobqueue-exporter[logical]'"
 # How often the confirmed position is sent even when it did not move: the server's
 # wal_sender_timeout (60 s by default) ends a replication connection that stays silent.
 FEEDBACK_EVERY = 5.0
-WAIT = 0.5  # seconds the thread sleeps on the socket before it looks at its stop flag again
-# Transactions handed over but not drained yet, past which the thread stops reading until the
-# event loop catches up: the server keeps the rest (the slot's WAL, bounded by
-# max_slot_wal_keep_size) instead of this process's memory.
-MAX_BUFFERED = 50_000
-# The walsender formats values with the session's settings: ISO times in UTC, exact floats.
-SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3"
+WAIT = 0.5  # seconds the thread sleeps on a quiet socket before it looks at its stop flag
+STOP_WAIT = 5.0  # how long a stop waits for the thread (it may be blocked creating its slot)
+CHECK_EVERY = 64  # messages read between two looks at the clock while the stream is busy
+# The walsender formats values with the session's settings: ISO times in UTC, exact floats,
+# and text in UTF-8 (the decoder refuses anything else rather than guess).
+SESSION_OPTIONS = "-c DateStyle=ISO -c TimeZone=UTC -c extra_float_digits=3 -c client_encoding=UTF8"
 LOST = "lost"  # pg_replication_slots.wal_status of an invalidated slot
-# What START_REPLICATION says of an invalidated slot, SQLSTATE 55000: PostgreSQL 15 "cannot
-# read from logical replication slot" with DETAIL "This slot has been invalidated because ..."
-# (measured; the connection stays usable), 13 and 14 "can no longer get changes ...".
-INVALIDATED = ("can no longer get changes", "has been invalidated")
-
-
-def psycopg2_modules() -> tuple[Any, Any]:
-    """psycopg2 and psycopg2.extras, or DatabaseError naming the extra that installs them."""
-    try:
-        import psycopg2
-        import psycopg2.extras
-    except ImportError:
-        raise DatabaseError("schema", EXTRA_HINT) from None
-    return psycopg2, psycopg2.extras
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Handed over in place of a transaction: the slot was lost here, a new one follows."""
-
-    slot: str
-    found: str  # what was found, for the log line
+# A peer that vanished (a partition, a host gone) leaves a half-open connection: TCP keepalives
+# find it while idle, and unacknowledged feedback (sent every FEEDBACK_EVERY) within
+# tcp_user_timeout, after which the stream fails with reason "lost" and is started again.
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 15,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,  # milliseconds
+}
 
 
 @dataclass(frozen=True)
@@ -90,22 +89,43 @@ class StreamOptions:
     connect_timeout: float = 5.0
 
 
+class StreamRun:
+    """One start of the stream: its thread, its stop flag, its outlet, and how it ended."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.outlet = Outlet()
+        self.failure: StreamFailure | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def alive(self) -> bool:
+        """True while its thread runs."""
+        return self.thread is not None and self.thread.is_alive()
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A run whose thread has ended: why, and what it folded that was not taken yet."""
+
+    failure: StreamFailure
+    items: list[Batch | Gap]
+
+
 class ChangeStream:
-    """One replication connection in one thread, feeding committed transactions to a queue."""
+    """One replication connection at a time, in one thread, folding committed transactions."""
 
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
-        self._queue: queue.SimpleQueue[Transaction | Gap] = queue.SimpleQueue()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: DatabaseError | None = None
+        self._run: StreamRun | None = None
+        # A stopped run whose thread did not end in time: no run starts while it lives.
+        self._lingering: StreamRun | None = None
         # Written by the event loop, read by the thread (an int assignment is atomic).
         self._confirm = 0
-        # Read by the event loop (for metrics to come: lag, retained WAL).
         self.server_lsn = 0  # the server's WAL position as last reported to the stream
-        self.confirmed_lsn = 0  # the position last sent as flushed
+        self.confirmed_lsn = 0  # the position last sent as flushed (after the send)
         self.created_slot = False  # True when this stream created its slot
-        self._delivered_end = 0  # end of the last transaction handed to the queue
+        self._delivered_end = 0  # end of the last transaction folded into an outlet
         self.gaps = 0  # slots found lost and replaced, in this process
         self._known = False  # the slot existed while this process read it: gone now is a gap
         self._lock = threading.Lock()  # a gap's reset against the event loop's confirm
@@ -121,42 +141,60 @@ class ChangeStream:
 
     @property
     def running(self) -> bool:
-        """True while the thread reads (or connects)."""
-        return self._thread is not None and self._thread.is_alive()
+        """True while the current run's thread reads (or connects)."""
+        return self._run is not None and self._run.alive
 
-    def start(self) -> None:
-        """Start reading in a new thread (psycopg2 must be importable)."""
+    @property
+    def lingering(self) -> bool:
+        """True while a stopped run's thread has not ended yet."""
+        return self._lingering is not None and self._lingering.alive
+
+    def start(self, fold: ChangeFold, skip_below: int) -> None:
+        """Start a run in a new thread, folding with ``fold`` and skipping commits that end at
+        or before ``skip_below`` (counted already); DatabaseError while a stopped run's thread
+        lives, or without psycopg2."""
         psycopg2_modules()
-        self._stop.clear()
-        self._error = None
-        self._thread = threading.Thread(
-            target=self._run, name=f"logical {self.options.slot}", daemon=True
+        if self.lingering:
+            raise DatabaseError(STREAM, "the previous stream thread has not ended yet")
+        self._lingering = None
+        run = self._run = StreamRun()
+        # The thread's log lines carry the queue's fields, as the event loop's do.
+        context = contextvars.copy_context()
+        run.thread = threading.Thread(
+            target=context.run,
+            args=(self._read_slot, run, fold, skip_below),
+            name=f"logical {self.options.slot}",
+            daemon=True,
         )
-        self._thread.start()
+        run.thread.start()
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread and close its connection; what was not drained is dropped (it was
-        not confirmed, so the next reader of the slot gets it again)."""
-        self._stop.set()
+    def stop(self, timeout: float = STOP_WAIT) -> bool:
+        """Stop the current run and close its connection; True once its thread has ended. What
+        it folded and nobody took is dropped (not confirmed: the next reader gets it again)."""
+        run, self._run = self._run, None
+        if run is None:
+            return True
+        run.stop.set()
         self._wake()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        self._thread = None
-        self._queue = queue.SimpleQueue()
+        if run.thread is not None:
+            run.thread.join(timeout)
+        if run.alive:
+            self._lingering = run
+            return False
+        return True
 
-    def drain(self) -> list[Transaction | Gap]:
-        """Every transaction received since the last drain, in commit order, and a Gap where the
-        slot was replaced; DatabaseError once the thread has stopped on an error (after the
-        transactions it delivered)."""
-        out: list[Transaction | Gap] = []
-        while True:
-            try:
-                out.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        if not out and self._error is not None and not self.running:
-            raise self._error
-        return out
+    def take(self) -> list[Batch | Gap]:
+        """What the current run folded since the last take, in commit order."""
+        return self._run.outlet.take() if self._run is not None else []
+
+    def ended(self) -> Ended | None:
+        """The current run, if its thread has ended: its failure and what it folded last, once."""
+        run = self._run
+        if run is None or run.alive:
+            return None
+        self._run = None
+        failure = run.failure or StreamFailure(INTERNAL, "the stream thread ended")
+        return Ended(failure, run.outlet.take())
 
     def confirm(self, lsn: int, gaps: int = 0) -> None:
         """Let the slot be confirmed up to ``lsn`` (the end of a counted, scraped commit);
@@ -174,7 +212,7 @@ class ChangeStream:
 
     # --- the thread ---------------------------------------------------------------------
 
-    def _run(self) -> None:
+    def _read_slot(self, run: StreamRun, fold: ChangeFold, skip_below: int) -> None:
         psycopg2, extras = psycopg2_modules()
         try:
             conn = psycopg2.connect(
@@ -182,29 +220,39 @@ class ChangeStream:
                 connection_factory=extras.LogicalReplicationConnection,
                 connect_timeout=max(1, round(self.options.connect_timeout)),
                 options=SESSION_OPTIONS,
+                **KEEPALIVES,
             )
         except psycopg2.Error as exc:
-            self._error = DatabaseError("connection", _first_line(exc))
+            run.failure = failure_of(exc, STREAM_CONNECT)
             return
+        streaming = False
         try:
             cur = conn.cursor()
-            self._ensure_slot(psycopg2, cur)
+            gaps = self.gaps
+            self._ensure_slot(psycopg2, cur, run)
             try:
                 self._start_replication(cur)
-            except psycopg2.errors.ObjectNotInPrerequisiteState as exc:
-                # Invalidated between the check and the start (or by a server that reports it
-                # only here): the same gap as a slot found lost.
-                if not any(text in str(exc) for text in INVALIDATED):
+            except psycopg2.Error as exc:
+                # Invalidated between the check and the start: the same gap as a slot found
+                # lost. The catalog says which, whatever language the server speaks.
+                if getattr(exc, "pgcode", None) != NOT_IN_PREREQUISITE_STATE:
                     raise
-                self._replace(cur, f"START_REPLICATION refused: {_first_line(exc)}", drop=True)
+                if self._wal_status(cur) != LOST:
+                    raise
+                self._replace(cur, run, f"START_REPLICATION refused: {first_line(exc)}", True)
                 self._create(psycopg2, cur)
                 self._start_replication(cur)
-            self._read(cur)
+            streaming = True
+            # After a gap the new slot's positions start anew: nothing of the old one is skipped.
+            skip = skip_below if self.gaps == gaps else 0
+            self._read(cur, run, TransactionFolder(self.options.table, fold, run.outlet, skip))
         except psycopg2.Error as exc:
-            self._error = DatabaseError("query", _first_line(exc))
-        except Exception as exc:  # a message the decoder refuses: stop, say so
-            log.exception("logical stream failed")
-            self._error = DatabaseError("internal", f"{type(exc).__name__}: {exc}")
+            run.failure = failure_of(exc, STREAM_LOST if streaming else STREAM_CONNECT)
+        except PgoutputError as exc:
+            run.failure = StreamFailure(STREAM_DECODE, str(exc))
+        except Exception as exc:
+            log.exception("logical stream failed", extra={"fields": {"slot": self.options.slot}})
+            run.failure = StreamFailure(INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -216,40 +264,46 @@ class ChangeStream:
             options={"proto_version": "1", "publication_names": self.options.publication},
         )
 
-    def _ensure_slot(self, psycopg2: Any, cur: Any) -> None:
+    def _wal_status(self, cur: Any) -> str | None:
+        cur.execute(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (self.options.slot,)
+        )
+        row = cur.fetchone()
+        return None if row is None else str(row[0])
+
+    def _ensure_slot(self, psycopg2: Any, cur: Any, run: StreamRun) -> None:
         # Created when missing, never dropped here unless the server invalidated it: a slot
         # keeps the position of what was counted and scraped, which a restarted or standby
         # exporter resumes from. A missing slot is a gap only when this process saw it before:
         # at the first start nothing tells a slot never made from one lost with a failover.
-        slot = self.options.slot
-        cur.execute("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", (slot,))
-        row = cur.fetchone()
-        if row is not None and row[0] != LOST:
+        status = self._wal_status(cur)
+        if status is not None and status != LOST:
             self._known = True
             return
-        if row is not None:
-            self._replace(cur, "wal_status lost (invalidated: the server removed WAL it needs)",
-                          drop=True)  # fmt: skip
+        if status is not None:
+            found = "wal_status lost (invalidated: the server removed WAL it needs)"
+            self._replace(cur, run, found, True)
         elif self._known:
-            self._replace(cur, "the slot is gone (dropped, or lost with a failover)", drop=False)
+            self._replace(cur, run, "the slot is gone (dropped, or lost with a failover)", False)
         self._create(psycopg2, cur)
 
     def _create(self, psycopg2: Any, cur: Any) -> None:
         # Creation waits until every transaction open now has ended, a prepared one included
         # (counting starts after them: they are history, as before polling's baseline).
+        slot = self.options.slot
         log.info(
             "creating the replication slot; it waits for the transactions open now to end",
-            extra={"fields": {"slot": self.options.slot}},
+            extra={"fields": {"slot": slot}},
         )
         try:
-            cur.create_replication_slot(self.options.slot, output_plugin="pgoutput")
+            cur.create_replication_slot(slot, output_plugin="pgoutput")
         except psycopg2.errors.DuplicateObject:
             self._known = True
             return  # another exporter created it meanwhile
         self.created_slot = self._known = True
-        log.info("replication slot created", extra={"fields": {"slot": self.options.slot}})
+        log.info("replication slot created", extra={"fields": {"slot": slot}})
 
-    def _replace(self, cur: Any, found: str, *, drop: bool) -> None:
+    def _replace(self, cur: Any, run: StreamRun, found: str, drop: bool) -> None:
         """Count a gap: drop the lost slot (it can never be read again), reset every position
         (they are the old slot's), and tell the event loop, which takes a new baseline."""
         slot = self.options.slot
@@ -266,130 +320,63 @@ class ChangeStream:
         # Counted once: should creating the new slot fail, the next try finds none and only
         # creates it.
         self._known = False
-        self._queue.put(Gap(slot, found))
+        run.outlet.gap(Gap(slot, found))
 
-    def _read(self, cur: Any) -> None:
-        reader = TransactionReader(self.options.table)
+    def _read(self, cur: Any, run: StreamRun, folder: TransactionFolder) -> None:
+        stop, read_message, take = run.stop, cur.read_message, folder.take
         sent_at = 0.0
-        while not self._stop.is_set():
-            if self._queue.qsize() >= MAX_BUFFERED:
-                now = time.monotonic()
-                if self._target(reader, idle=False) > self.confirmed_lsn or (
-                    now - sent_at >= FEEDBACK_EVERY
-                ):
-                    self._feedback(cur, reader, idle=False)
-                    sent_at = now
-                self._sleep()
-                continue
-            message = cur.read_message()
+        busy = 0
+        while not stop.is_set():
+            message = read_message()
             if message is not None:
-                done = reader.take(decode(message.payload))
-                if done is not None and done.changes:
-                    self._queue.put(done)
-                    self._delivered_end = done.end_lsn
+                if take(message.payload):
+                    self._delivered_end = max(self._delivered_end, folder.delivered)
+                busy += 1
+                if busy < CHECK_EVERY:
+                    continue
             else:
                 self.server_lsn = max(self.server_lsn, int(cur.wal_end))
+            busy = 0
             now = time.monotonic()
+            idle = message is None
             # Also while messages keep coming: a busy stream must still tell the server it
             # lives, and how far it may let go.
-            if self._target(reader, idle=message is None) > self.confirmed_lsn or (
+            if self._target(folder, idle=idle) > self.confirmed_lsn or (
                 now - sent_at >= FEEDBACK_EVERY
             ):
-                self._feedback(cur, reader, idle=message is None)
+                self._feedback(cur, folder, idle=idle)
                 sent_at = now
-            if message is None:
+            if idle:
                 self._sleep(cur)
         # Stopping (a standby now, or shutting down): what the event loop allowed last is
         # confirmed, so a successor does not count again what a scrape already carried.
-        self._feedback(cur, reader, idle=False)
+        self._feedback(cur, folder, idle=False)
 
-    def _sleep(self, *sockets: Any) -> None:
-        """Wait for the server (when given its cursor), a wake-up from the event loop, or WAIT."""
-        select.select([*sockets, self._wake_read], [], [], WAIT)
+    def _sleep(self, cur: Any) -> None:
+        """Wait for the server, a wake-up from the event loop, or WAIT."""
+        select.select([cur, self._wake_read], [], [], WAIT)
         with contextlib.suppress(BlockingIOError):
             while os.read(self._wake_read, 64):
                 pass
 
-    def _target(self, reader: TransactionReader, *, idle: bool) -> int:
+    def _target(self, folder: TransactionFolder, *, idle: bool) -> int:
         target = self._confirm
-        if idle and target >= self._delivered_end and not reader.open:
+        if idle and target >= self._delivered_end and not folder.open:
             # Everything handed over is counted and carried: the WAL since holds nothing of
             # the table's, so a quiet table never pins the WAL of busy ones.
             target = max(target, self.server_lsn)
         return target
 
-    def _feedback(self, cur: Any, reader: TransactionReader, *, idle: bool) -> None:
-        self.confirmed_lsn = max(self.confirmed_lsn, self._target(reader, idle=idle))
-        cur.send_feedback(write_lsn=self.confirmed_lsn, flush_lsn=self.confirmed_lsn, force=True)
+    def _feedback(self, cur: Any, folder: TransactionFolder, *, idle: bool) -> None:
+        target = max(self.confirmed_lsn, self._target(folder, idle=idle))
+        cur.send_feedback(write_lsn=target, flush_lsn=target, force=True)
+        # Recorded once sent: a scrape told "confirmed" must be able to rely on it.
+        self.confirmed_lsn = target
         if self.on_feedback is not None:
-            self.on_feedback(self.confirmed_lsn)
-
-
-class TransactionReader:
-    """pgoutput messages into whole transactions of one table, column names attached."""
-
-    def __init__(self, table: str) -> None:
-        schema, _, name = table.rpartition(".")
-        self._schema = schema.strip('"') or None
-        self._name = name.strip('"')
-        self._columns: dict[int, tuple[str, ...]] = {}  # relations of the table only
-        self._begin: Begin | None = None
-        self._changes: list[RowChange] = []
-
-    @property
-    def open(self) -> bool:
-        """True between a Begin and its Commit."""
-        return self._begin is not None
-
-    def take(self, message: object) -> Transaction | None:
-        """Take one message; the transaction it completes, if it is a Commit."""
-        if isinstance(message, Relation):
-            if message.name == self._name and self._schema in (None, message.namespace):
-                self._columns[message.oid] = message.columns
-            else:
-                self._columns.pop(message.oid, None)
-        elif isinstance(message, Begin):
-            self._begin, self._changes = message, []
-        elif isinstance(message, Commit):
-            changes, self._begin, self._changes = tuple(self._changes), None, []
-            return Transaction(message.commit_lsn, message.end_lsn, message.commit_time, changes)
-        elif isinstance(message, Insert) and message.relation in self._columns:
-            self._changes.append(RowChange(INSERT, new=self._row(message.relation, message.new)))
-        elif isinstance(message, Update) and message.relation in self._columns:
-            old = self._row(message.relation, message.old) if message.old is not None else None
-            new = self._row(message.relation, message.new, old)
-            self._changes.append(RowChange(UPDATE, old=old, new=new))
-        elif isinstance(message, Delete) and message.relation in self._columns:
-            self._changes.append(RowChange(DELETE, old=self._row(message.relation, message.old)))
-        elif isinstance(message, Truncate) and any(r in self._columns for r in message.relations):
-            self._changes.append(RowChange(TRUNCATE))
-        return None
-
-    def _row(
-        self,
-        relation: int,
-        values: tuple[Value, ...],
-        old: Mapping[str, str | None] | None = None,
-    ) -> dict[str, str | None]:
-        # An identity-key tuple sends NULL for the columns outside the key; only the key's
-        # columns are known then, but which ones is not said: the caller reads the status.
-        # A TOASTed value an UPDATE left alone arrives as UNCHANGED: the old row has it.
-        row: dict[str, str | None] = {}
-        for column, value in zip(self._columns[relation], values, strict=False):
-            if value is UNCHANGED:
-                if old is not None and column in old:
-                    row[column] = old[column]
-                continue
-            row[column] = value if isinstance(value, str) or value is None else None
-        return row
+            self.on_feedback(target)
 
 
 def _close(*fds: int) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.close(fd)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

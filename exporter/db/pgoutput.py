@@ -4,8 +4,16 @@ The formats are PostgreSQL's "Logical Replication Message Formats" (protocol cha
 what a publication of one table sends with ``proto_version 1`` is decoded: Begin, Commit,
 Origin, Relation, Type, Insert, Update, Delete and Truncate. A prepared transaction arrives as
 an ordinary Begin ... Commit at its COMMIT PREPARED while the slot's ``two_phase`` is off, which
-is the default. Column values arrive as the server's text output; turning them into numbers and
-times is the caller's business, since only it knows which columns it reads.
+is the default. Column values arrive as the server's text output (UTF-8: the stream asks for
+that client encoding, and a byte sequence that is not UTF-8 is refused, never replaced);
+turning them into numbers and times is the caller's business, since only it knows which
+columns it reads.
+
+Two ways in. :func:`decode` turns any message into a frozen value, for the rare ones (Relation,
+Truncate) and for tests. The replication thread reads the frequent ones, a transaction's Begin,
+Commit and row changes, with :func:`begin_of`, :func:`commit_of` and :func:`read_row`: fixed
+offsets and precompiled structs over the payload, and only the columns it counts decoded (a
+row's other values are stepped over by their length). Both refuse what is not pgoutput v1.
 """
 
 from __future__ import annotations
@@ -64,13 +72,15 @@ class Origin:
 
 @dataclass(frozen=True)
 class Relation:
-    """A table's shape, sent before its first change and again after any ALTER."""
+    """A table's shape, sent before its first change and again after any ALTER; ``keys`` marks
+    the columns of its replica identity (all of them under REPLICA IDENTITY FULL)."""
 
     oid: int
     namespace: str
     name: str
     replica_identity: str
     columns: tuple[str, ...]
+    keys: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,9 @@ class Truncate:
 Message = Begin | Commit | Origin | Relation | TypeInfo | Insert | Update | Delete | Truncate
 
 
+_STRUCTS: dict[str, struct.Struct] = {}
+
+
 class _Reader:
     """A cursor over one message's bytes; every read checks that the bytes are there."""
 
@@ -138,14 +151,21 @@ class _Reader:
         return chunk
 
     def unpack(self, fmt: str) -> int:
-        (value,) = struct.unpack(fmt, self.take(struct.calcsize(fmt)))
+        packer = _STRUCTS.get(fmt)
+        if packer is None:
+            packer = _STRUCTS[fmt] = struct.Struct(fmt)
+        end = self.at + packer.size
+        if end > len(self.data):
+            raise PgoutputError(f"message ends at byte {len(self.data)}, wanted {end}")
+        (value,) = packer.unpack_from(self.data, self.at)
+        self.at = end
         return int(value)
 
     def string(self) -> str:
         end = self.data.find(b"\0", self.at)
         if end < 0:
             raise PgoutputError("a string has no terminating NUL")
-        text = self.data[self.at : end].decode("utf-8", errors="replace")
+        text = _text(self.data[self.at : end])
         self.at = end + 1
         return text
 
@@ -161,7 +181,7 @@ class _Reader:
             elif kind == b"u":
                 values.append(UNCHANGED)
             elif kind == b"t":
-                values.append(self.take(self.unpack(">i")).decode("utf-8", errors="replace"))
+                values.append(_text(self.take(self.unpack(">i"))))
             else:
                 raise PgoutputError(f"unknown column kind {kind!r} in a tuple")
         return tuple(values)
@@ -169,6 +189,13 @@ class _Reader:
     def done(self) -> None:
         if self.at != len(self.data):
             raise PgoutputError(f"{len(self.data) - self.at} bytes left after the message")
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PgoutputError(f"a value is not UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def decode(payload: bytes) -> Message:
@@ -199,12 +226,13 @@ def _origin(r: _Reader) -> Origin:
 def _relation(r: _Reader) -> Relation:
     oid, namespace, name = r.unpack(">I"), r.string(), r.string()
     identity = chr(r.unpack(">B"))
-    columns = []
+    columns: list[str] = []
+    keys: list[bool] = []
     for _ in range(r.unpack(">h")):
-        r.take(1)  # flags: 1 marks a key column
+        keys.append(bool(r.unpack(">B") & 1))  # flags: 1 marks a column of the identity
         columns.append(r.string())
         r.take(8)  # type oid and typmod: the values arrive as text anyway
-    return Relation(oid, namespace, name, identity, tuple(columns))
+    return Relation(oid, namespace, name, identity, tuple(columns), tuple(keys))
 
 
 def _type(r: _Reader) -> TypeInfo:
@@ -257,3 +285,111 @@ _DECODERS: Final[dict[bytes, Callable[[_Reader], Message]]] = {
     b"D": _delete,
     b"T": _truncate,
 }
+
+
+# --- The replication thread's path: fixed offsets, only the kept columns decoded ----------
+
+_BEGIN: Final = struct.Struct(">QqI")  # final LSN, commit time (µs since 2000), xid
+_COMMIT: Final = struct.Struct(">BQQq")  # flags, commit LSN, end LSN, commit time
+_OID: Final = struct.Struct(">I")
+_COUNT: Final = struct.Struct(">h")
+# A value's length, read unsigned: a negative one (never sent) then runs past the message's end,
+# which the checks below catch, instead of walking backwards.
+_SIZE: Final = struct.Struct(">I")
+
+
+def begin_of(data: bytes) -> tuple[int, float]:
+    """A Begin's final LSN (where its commit record is) and commit time, in Unix seconds."""
+    if len(data) != 1 + _BEGIN.size:
+        raise PgoutputError(f"a Begin of {len(data)} bytes, not {1 + _BEGIN.size}")
+    lsn, micros, _ = _BEGIN.unpack_from(data, 1)
+    return int(lsn), POSTGRES_EPOCH + micros / 1_000_000
+
+
+def commit_of(data: bytes) -> int:
+    """A Commit's end LSN: where the slot may be confirmed once its transaction is counted."""
+    if len(data) != 1 + _COMMIT.size:
+        raise PgoutputError(f"a Commit of {len(data)} bytes, not {1 + _COMMIT.size}")
+    return int(_COMMIT.unpack_from(data, 1)[2])
+
+
+def relation_of(data: bytes) -> int:
+    """The OID of the relation an Insert, Update or Delete changes."""
+    if len(data) < 1 + _OID.size:
+        raise PgoutputError("a change without its relation")
+    return int(_OID.unpack_from(data, 1)[0])
+
+
+# The replication thread reads every change of the table through these two, so they are written
+# for speed: the kinds as byte values ('t' 116, 'n' 110, 'u' 117), the struct bound once.
+
+
+def read_row(
+    data: bytes,
+    at: int,
+    names: tuple[str | None, ...],
+    _size: Callable[[bytes, int], tuple[int, ...]] = _SIZE.unpack_from,
+) -> tuple[dict[str, Value], int]:
+    """The TupleData at ``at``: the values of the columns ``names`` names, by position (None
+    steps over a column without decoding it), and the offset after it. The tuple must have a
+    value for each name: a relation and a row that disagree are refused."""
+    try:
+        if _COUNT.unpack_from(data, at)[0] != len(names):
+            raise PgoutputError("a tuple whose columns are not its relation's")
+        at += 2
+        row: dict[str, Value] = {}
+        for name in names:
+            kind = data[at]
+            if kind == 116:
+                end = at + 5 + _size(data, at + 1)[0]
+                if name is not None:
+                    row[name] = data[at + 5 : end].decode()
+                at = end
+            elif kind == 110:
+                at += 1
+                if name is not None:
+                    row[name] = None
+            elif kind == 117:
+                at += 1
+                if name is not None:
+                    row[name] = UNCHANGED
+            else:
+                raise PgoutputError(f"unknown column kind {bytes([kind])!r} in a tuple")
+    except (struct.error, IndexError):
+        raise PgoutputError("a tuple runs past the end of its message") from None
+    except UnicodeDecodeError as exc:
+        raise PgoutputError(f"a value is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    if at > len(data):
+        raise PgoutputError("a tuple runs past the end of its message")
+    return row, at
+
+
+def value_at(
+    data: bytes,
+    at: int,
+    index: int,
+    _size: Callable[[bytes, int], tuple[int, ...]] = _SIZE.unpack_from,
+) -> Value:
+    """The value of column ``index`` of the TupleData at ``at``, the columns before it stepped
+    over: enough to tell an update that counts nothing, without reading its whole row."""
+    try:
+        if not 0 <= index < _COUNT.unpack_from(data, at)[0]:
+            raise PgoutputError(f"a tuple without column {index}")
+        at += 2
+        for _ in range(index):
+            at += 5 + _size(data, at + 1)[0] if data[at] == 116 else 1
+        kind = data[at]
+        if kind == 116:
+            end = at + 5 + _size(data, at + 1)[0]
+            if end > len(data):
+                raise PgoutputError("a value runs past the end of its message")
+            return data[at + 5 : end].decode()
+        if kind == 110:
+            return None
+        if kind == 117:
+            return UNCHANGED
+        raise PgoutputError(f"unknown column kind {bytes([kind])!r} in a tuple")
+    except (struct.error, IndexError):
+        raise PgoutputError("a tuple runs past the end of its message") from None
+    except UnicodeDecodeError as exc:
+        raise PgoutputError(f"a value is not UTF-8 ({exc.reason} at byte {exc.start})") from None

@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from exporter import __version__
 from exporter.metrics.definitions import BY_NAME
-from exporter.metrics.slot import slot_metrics
+from exporter.metrics.slot import slot_metrics, stream_metrics
 from exporter.model import ActiveStats, ConfigStatus, Histogram, QueueView
 from exporter.vocabulary import (
     COLLECTION_ERROR_REASONS,
@@ -267,6 +267,8 @@ def _health_families(view: QueueView) -> Iterator[Metric]:
     yield from (folded, lag, rows_read)
     if view.slot is not None:
         yield from slot_metrics(q, view.slot)
+    if view.stream is not None:
+        yield from stream_metrics(q, view.stream)
 
 
 def build_registry(

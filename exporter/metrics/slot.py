@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.metrics.spec import QUEUE, MetricDefinition, define
-from exporter.model import WAL_STATUSES, SlotHealth
+from exporter.model import WAL_STATUSES, SlotHealth, StreamHealth
+from exporter.vocabulary import STREAM_RESTART_REASONS
 
 _SOURCE = "pg_replication_slots"
 
@@ -59,6 +60,26 @@ SLOT_DEFINITIONS: tuple[MetricDefinition, ...] = (
         "the transitions in between are missing from every counter.",
         "slot check",
     ),
+    define(
+        "jobqueue_exporter_logical_stream_restarts",
+        "counter",
+        (QUEUE, "reason"),
+        "Times the change stream ended on an error and was started again, by reason (from the "
+        "SQLSTATE): connect (no connection: address, pg_hba.conf, password), lost (broke while "
+        "streaming, or its peer went silent), in_use (another process reads the slot), "
+        "permission, setup (the server refused the slot or publication), decode, internal. "
+        'Each also fails that collection (collection_errors_total{reason="stream"}).',
+        "stream thread",
+    ),
+    define(
+        "jobqueue_exporter_logical_confirm_timeouts",
+        "counter",
+        (QUEUE,),
+        "/metrics responses that left before the slot was confirmed at the counts they carried "
+        "(the stream could not send its feedback within 1 s); a leader killed right after one "
+        "leaves its successor those counts to count again.",
+        "stream thread",
+    ),
 )
 
 _BY_NAME = {d.name: d for d in SLOT_DEFINITIONS}
@@ -87,3 +108,15 @@ def slot_metrics(queue: str, slot: SlotHealth) -> Iterator[Metric]:
     gaps = CounterMetricFamily(gaps_def.name, gaps_def.help, labels=gaps_def.labels)
     gaps.add_metric([queue], slot.gaps)
     yield from (status, gaps)
+
+
+def stream_metrics(queue: str, stream: StreamHealth) -> Iterator[Metric]:
+    """The stream's own families for one queue: every restart reason, zeros included."""
+    restarts_def = _BY_NAME["jobqueue_exporter_logical_stream_restarts"]
+    restarts = CounterMetricFamily(restarts_def.name, restarts_def.help, labels=restarts_def.labels)
+    for reason in sorted(set(STREAM_RESTART_REASONS) | set(stream.restarts)):
+        restarts.add_metric([queue, reason], stream.restarts.get(reason, 0))
+    timeouts_def = _BY_NAME["jobqueue_exporter_logical_confirm_timeouts"]
+    timeouts = CounterMetricFamily(timeouts_def.name, timeouts_def.help, labels=timeouts_def.labels)
+    timeouts.add_metric([queue], stream.confirm_timeouts)
+    yield from (restarts, timeouts)

@@ -29,6 +29,10 @@ from exporter.model.exchange import Query as Query
 from exporter.model.exchange import Results as Results
 from exporter.model.exchange import Row as Row
 from exporter.model.exchange import TableShape as TableShape
+from exporter.model.replication import WAL_STATUSES as WAL_STATUSES
+from exporter.model.replication import LogicalTarget as LogicalTarget
+from exporter.model.replication import SlotHealth as SlotHealth
+from exporter.model.replication import StreamHealth as StreamHealth
 from exporter.vocabulary import (
     COST_COMPONENTS,
     FAILURE_REASONS,
@@ -307,9 +311,6 @@ class HeldJobs:
 
 # pg_replication_slots.wal_status: how safe the WAL the slot still needs is. "lost" means the
 # server removed some of it: the slot is invalidated and the counts have a gap.
-WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
-
-
 @dataclass(frozen=True)
 class Standing:
     """Where this exporter stands in a queue's election (exporter/election.py)."""
@@ -322,18 +323,6 @@ class Standing:
 
 # A queue without an election: this exporter always collects it.
 ALONE = Standing(collector=True, holding=True, reachable=True)
-
-
-@dataclass(frozen=True)
-class SlotHealth:
-    """The logical counting mode's replication slot, as the server reports it each cycle."""
-
-    lag_bytes: int  # server WAL position minus the slot's confirmed position
-    retained_bytes: int  # server WAL position minus the slot's restart position
-    wal_status: str  # one of WAL_STATUSES
-    safe_wal_bytes: int | None  # WAL that may still be written before the slot is lost;
-    # None when max_slot_wal_keep_size is -1 (unbounded: the slot is never lost, the disk fills)
-    gaps: int  # slots found invalidated or lost and replaced by a new baseline, since start
 
 
 @dataclass(frozen=True)
@@ -354,6 +343,7 @@ class QueueView:
     held: HeldJobs | None = None  # None: the profile's cursor is never held (no tracker)
     coverage: Coverage = Coverage()
     slot: SlotHealth | None = None  # None: the queue counts by polling, or this pod is a standby
+    stream: StreamHealth | None = None  # the same
     collector: bool = True  # False on a standby: it exports up and leader only
     # Monotonic time after which the snapshot is stale (withdrawn, and up reads 0); None: never
     # fresh, or a view not published through the board.
@@ -383,12 +373,3 @@ class ConfigStatus:
     last_success_at: float = 0.0  # Unix time (exporter clock: no database is involved)
     last_error: str | None = None  # why the last reload failed, naming the field
     last_failure_at: float | None = None
-
-
-@dataclass(frozen=True)
-class LogicalTarget:
-    """The table a queue's change stream reads, and the column whose old value an identity
-    index must carry (None: only REPLICA IDENTITY FULL gives the old row the counting needs)."""
-
-    table: str
-    key_column: str | None

@@ -1,46 +1,92 @@
-"""What the change stream hands the logical counting mode: committed transactions of the queue's
-table, each change with its old and new row as PostgreSQL's text output (docs/logical.md).
+"""What the change stream and the counting modes share: row changes, the rules that fold them,
+and the batches handed from the stream's thread to the event loop (docs/logical.md).
 
-The database layer decodes them (db/change_stream.py), the counting mode counts them
-(counting/stream_counter.py); this module is what the two share, so neither imports the other.
+The database layer decodes each committed change of the queue's table (db/change_stream.py) and
+folds it at once, in its thread, with the profile's rules (:class:`ChangeFold`, pure: e.g.
+counting/stream_counter.py) into a :class:`~exporter.model.change_tally.ChangeTally`; the counting
+mode takes the tallies (:class:`StreamCounting`). This module is what the two sides share, so
+neither imports the other.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
+
+from exporter.model.change_tally import ChangeTally
 
 INSERT, UPDATE, DELETE, TRUNCATE = "insert", "update", "delete", "truncate"
 
-TextRow = Mapping[str, str | None]  # column name -> text output (a column may be missing: unknown)
+# Column name -> PostgreSQL's text output of the value. A column the change did not carry (the
+# old row of an identity index holds only its key; an unchanged TOASTed value whose old row is
+# not sent) is missing: unknown, which is not NULL.
+TextRow = Mapping[str, str | None]
 
 
-@dataclass(frozen=True)
-class RowChange:
+class RowChange(NamedTuple):
     """One change of one row: ``old`` is None for an INSERT (and for an UPDATE whose identity
-    columns did not change, when the identity is an index), ``new`` is None for a DELETE."""
+    columns did not change, when the identity is an index), ``new`` is None for a DELETE.
+    A tuple rather than a frozen dataclass: the stream's thread makes one per change, and a
+    tuple is made in half the time."""
 
     kind: str
     old: TextRow | None = None
     new: TextRow | None = None
 
 
-@dataclass(frozen=True)
-class Transaction:
-    """The changes of the job table that one transaction committed, with where its commit is."""
+class ChangeFold(Protocol):
+    """A profile's transition rules, run in the stream's thread: each committed change of the
+    table into a tally. Pure; one thread uses it at a time."""
 
-    commit_lsn: int  # where the commit record starts
-    end_lsn: int  # where it ends: the position a slot is confirmed at once this is counted
-    commit_time: float  # Unix seconds, the database's clock
-    changes: tuple[RowChange, ...]
+    @property
+    def columns(self) -> frozenset[str]:
+        """The table's columns the rules read: the decoder keeps these and steps over the rest."""
+        ...
+
+    @property
+    def old_columns(self) -> frozenset[str]:
+        """Of them, those the rules read from the old row of an UPDATE (a DELETE's is read
+        whole): fewer values decoded for the most frequent change."""
+        ...
+
+    @property
+    def status(self) -> str:
+        """The column whose old and new values tell an UPDATE that counts nothing."""
+        ...
+
+    def quiet(self, old: str | None, new: str | None) -> bool:
+        """True when an UPDATE from ``old`` to ``new`` in :attr:`status` (text) counts nothing
+        (a claim, a heartbeat): the decoder then drops it before it builds the rows."""
+        ...
+
+    def tally(self) -> ChangeTally:
+        """A new, empty tally with the queue's histogram buckets."""
+        ...
+
+    def count(self, change: RowChange, commit_time: float, tally: ChangeTally) -> None:
+        """Count one committed change (``commit_time``: Unix seconds, the database's clock)."""
+        ...
+
+
+@dataclass
+class Batch:
+    """What the stream's thread folded since the last hand-over: whole transactions only."""
+
+    tally: ChangeTally
+    position: int  # the end of the last commit folded in: the slot may be confirmed here
+    commits: int = 0  # transactions folded in
 
 
 class StreamCounting(Protocol):
     """The side of a counting mode that the change stream's follower feeds (db/slot_follower.py)."""
 
-    def take(self, transactions: Iterable[Transaction]) -> None:
-        """Count committed transactions in commit order."""
+    def fold(self) -> ChangeFold:
+        """The rules the stream's thread folds each change with."""
+        ...
+
+    def take(self, batch: Batch) -> None:
+        """Count a batch (batches come in commit order, none twice)."""
         ...
 
     @property

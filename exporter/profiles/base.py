@@ -12,13 +12,14 @@ from importlib import resources
 from typing import Generic, Literal, Protocol, TypeVar
 
 from exporter.counting.gauges import Gauges, Reading, first, gauges_from
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader
 from exporter.counting.sqltext import horizon_sessions, sql_blocks
+from exporter.counting.stream_counter import Buckets
 from exporter.model import (
     CountingError,
     CountingMode,
     Coverage,
+    JobType,
     JobTypeLabels,
     LogicalTarget,
     Query,
@@ -27,7 +28,7 @@ from exporter.model import (
     TableShape,
     Tallies,
 )
-from exporter.model.row_changes import RowChange
+from exporter.model.row_changes import ChangeFold
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
 
@@ -146,7 +147,8 @@ class Profile(Generic[M]):
 
 
 class ChangeRules(Protocol):
-    """A preset's transition function: committed row changes of its table into its ledger."""
+    """A preset's transition function for its change stream: the fold the stream's thread runs
+    (keyed by what the rules choose, e.g. graphile's task ids), and the names of those keys."""
 
     @property
     def lookups(self) -> Mapping[str, str]:
@@ -154,15 +156,19 @@ class ChangeRules(Protocol):
         ...
 
     def look(self, results: Mapping[str, Sequence[Row]]) -> None:
-        """Take the rows of the lookups, before the cycle's changes are counted."""
+        """Take the rows of the lookups, before the cycle's batches are counted."""
         ...
 
-    def count(self, change: RowChange, commit_time: float) -> None:
-        """Count one committed change of the table."""
+    def fold(self, buckets: Buckets) -> ChangeFold:
+        """The rules the stream's thread folds each change with (the queue's buckets)."""
         ...
 
-    def ready(self, change: RowChange) -> bool:
-        """Whether :meth:`count` can name everything the change needs without a lookup."""
+    def known(self, key: JobType) -> bool:
+        """Whether a fold key is named already (else the next cycle's lookup names it)."""
+        ...
+
+    def name(self, key: JobType) -> str:
+        """The job type name a fold key stands for."""
         ...
 
 
@@ -172,8 +178,8 @@ class PresetLogical:
 
     # What it can tell from the stream (the gauges stay the reader's).
     capabilities: dict[str, Exactness]
-    # The preset's transition function, counting into the queue's ledger.
-    rules: Callable[[Ledger], ChangeRules]
+    # The preset's transition function for its change stream.
+    rules: Callable[[], ChangeRules]
     # Figures no polling preset fills that the stream does (jobs_vanished_total).
     fills: frozenset[str] = frozenset()
 

@@ -23,8 +23,9 @@ trace, but the stream carries each change with its whole old row (REPLICA IDENTI
   before it ran, ``jobs_vanished_total{last_status="pending"}``; of a dead row: nothing (it
   was counted when it died; the dead gauge follows at its recount).
 
-Tasks are named by ``task_id``; the mode reads ``_private_tasks`` every cycle
-(:meth:`GraphileChanges.look`) before it counts what was handed over.
+The stream's thread folds each change by ``task_id`` (:class:`GraphileFold`); the mode reads
+``_private_tasks`` every cycle (:meth:`GraphileChanges.look`) and names the tasks when it
+counts what was handed over.
 """
 
 from __future__ import annotations
@@ -32,9 +33,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from exporter.counting.ledger import Ledger
-from exporter.counting.stream_counter import parse_time
-from exporter.model import Row
+from exporter.counting.stream_counter import Buckets, parse_time
+from exporter.model import JobType, Row
+from exporter.model.change_tally import ChangeTally
 from exporter.model.row_changes import DELETE, INSERT, UPDATE, RowChange, TextRow
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
@@ -42,13 +43,15 @@ from exporter.vocabulary import ERROR, LEASE_EXPIRED
 # cleanup GC_TASK_IDENTIFIERS removes tasks no job uses): rare, and never a silent drop.
 UNKNOWN_TASK = "unknown task"
 PENDING_LABEL = "pending"  # jobs_vanished_total{last_status}: an available row deleted
+COLUMNS = frozenset(
+    ("task_id", "locked_at", "attempts", "max_attempts", "last_error", "run_at", "created_at")
+)
 
 
 class GraphileChanges:
-    """Counts graphile-worker's job-row changes into the queue's ledger, task by name."""
+    """graphile-worker's change rules: the fold the stream's thread runs, and the task names."""
 
-    def __init__(self, ledger: Ledger, tasks_sql: str) -> None:
-        self.ledger = ledger
+    def __init__(self, tasks_sql: str) -> None:
         self.lookups: Mapping[str, str] = {"tasks": tasks_sql}
         # task_id (text) -> identifier; kept across cycles, so a task deleted after its last
         # job still names changes that arrive later.
@@ -59,42 +62,67 @@ class GraphileChanges:
         for row in results.get("tasks", ()):
             self.tasks[str(row["id"])] = str(row["identifier"])
 
-    def ready(self, change: RowChange) -> bool:
-        """Whether the change's task is named already (else the next cycle's lookup names it)."""
-        row = change.new if change.new is not None else change.old
-        return row is None or row.get("task_id") in self.tasks
+    def fold(self, buckets: Buckets) -> GraphileFold:
+        """The rules the stream's thread folds each change with."""
+        return GraphileFold(buckets)
 
-    def count(self, change: RowChange, commit_time: float) -> None:
+    def known(self, key: JobType) -> bool:
+        """Whether a fold key (a task_id) is named already."""
+        return key in self.tasks
+
+    def name(self, key: JobType) -> str:
+        """The task a fold key names (UNKNOWN_TASK when its row was gone before a read)."""
+        return self.tasks.get(str(key), UNKNOWN_TASK)
+
+
+class GraphileFold:
+    """Counts committed changes of ``_private_jobs`` into a tally, by task_id; pure."""
+
+    columns = old_columns = COLUMNS
+    status = "locked_at"  # a row locked after an UPDATE counts nothing (a claim, a change)
+
+    def __init__(self, buckets: Buckets) -> None:
+        self._buckets = buckets
+
+    def tally(self) -> ChangeTally:
+        """A new tally with the queue's buckets."""
+        return ChangeTally(*self._buckets)
+
+    def quiet(self, old: str | None, new: str | None) -> bool:
+        """Locked by a worker (a claim), or changed while locked: nothing to count."""
+        return new is not None
+
+    def count(self, change: RowChange, commit_time: float, tally: ChangeTally) -> None:
         """Count one committed change (``commit_time``: Unix seconds, the database's clock)."""
-        ledger = self.ledger
-        if change.kind == INSERT and change.new is not None:
-            ledger.enqueued(self._task(change.new))
-        elif change.kind == UPDATE and change.old is not None and change.new is not None:
-            self._update(change.old, change.new, commit_time)
-        elif change.kind == DELETE and change.old is not None:
-            old = change.old
+        tally.changes += 1
+        new, old = change.new, change.old
+        if change.kind == INSERT and new is not None:
+            tally.enqueued[_task(new, tally)] += 1
+        elif change.kind == UPDATE and old is not None and new is not None:
+            self._update(old, new, commit_time, tally)
+        elif change.kind == DELETE and old is not None:
             locked_at = _time(old, "locked_at")
             if locked_at is not None:
-                self._completed(old, locked_at, commit_time)
+                self._completed(old, locked_at, commit_time, tally)
             elif not _dead(old):
-                ledger.tallies.vanished[PENDING_LABEL] += 1
+                tally.vanished[PENDING_LABEL] += 1
 
-    def _update(self, old: TextRow, new: TextRow, commit_time: float) -> None:
-        ledger, task = self.ledger, self._task(new)
+    def _update(self, old: TextRow, new: TextRow, commit_time: float, tally: ChangeTally) -> None:
+        task = _task(new, tally)
         was_locked, locked = old.get("locked_at") is not None, new.get("locked_at") is not None
         if was_locked and not locked:
             before, after = _int(old, "attempts"), _int(new, "attempts")
             if before is not None and after is not None and after < before:
                 return  # handed back (returnJobs): no attempt failed
             reason = self._reason(old, new, commit_time)
-            ledger.failed(task, reason)
+            tally.failures[(task, reason)] += 1
             if _dead(new):
-                ledger.dead(task, reason)
+                tally.dead[(task, reason)] += 1
         elif not was_locked and not locked:
             if not _dead(old) and _dead(new):
-                ledger.dead(task, ERROR)  # failed by hand, or removed by key
+                tally.dead[(task, ERROR)] += 1  # failed by hand, or removed by key
             elif _dead(old) and not _dead(new):
-                ledger.requeued(task)  # rescheduled by hand
+                tally.requeued[task] += 1  # rescheduled by hand
         # Locked by a worker (a claim), or changed while locked: nothing to count.
 
     def _reason(self, old: TextRow, new: TextRow, commit_time: float) -> str:
@@ -107,19 +135,23 @@ class GraphileChanges:
             return ERROR
         return LEASE_EXPIRED
 
-    def _completed(self, old: TextRow, locked_at: datetime, commit_time: float) -> None:
+    def _completed(
+        self, old: TextRow, locked_at: datetime, commit_time: float, tally: ChangeTally
+    ) -> None:
         started = locked_at.timestamp()
         run_at, created = _time(old, "run_at"), _time(old, "created_at")
-        self.ledger.completed(
-            self._task(old),
-            duration=max(0.0, commit_time - started),
-            wait=max(0.0, started - run_at.timestamp()) if run_at is not None else None,
-            latency=max(0.0, commit_time - created.timestamp()) if created is not None else None,
+        task = _task(old, tally)
+        tally.completed[task] += 1
+        tally.observe(
+            task,
+            max(0.0, commit_time - started),
+            max(0.0, started - run_at.timestamp()) if run_at is not None else None,
+            max(0.0, commit_time - created.timestamp()) if created is not None else None,
         )
 
-    def _task(self, row: TextRow) -> str:
-        task_id = row.get("task_id")
-        return self.tasks.get(task_id, UNKNOWN_TASK) if task_id is not None else UNKNOWN_TASK
+
+def _task(row: TextRow, tally: ChangeTally) -> JobType:
+    return tally.key(row.get("task_id") or "")
 
 
 def _dead(row: TextRow) -> bool:

@@ -12,7 +12,6 @@ from dataclasses import replace
 
 from exporter.counting.gauges import Gauges, Reading, first, reading_of
 from exporter.counting.horizon import Horizon
-from exporter.counting.ledger import Ledger
 from exporter.counting.reader import LedgerReader, planned
 from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.terminal import TerminalCursor
@@ -79,8 +78,8 @@ LOGICAL_CAPABILITIES: dict[str, Exactness] = {
 }
 
 
-def _changes(ledger: Ledger) -> GraphileChanges:
-    return GraphileChanges(ledger, preset_queries(PRESET)["tasks"])
+def _changes() -> GraphileChanges:
+    return GraphileChanges(preset_queries(PRESET)["tasks"])
 
 
 LOGICAL = PresetLogical(LOGICAL_CAPABILITIES, _changes, fills=frozenset({"vanished"}))

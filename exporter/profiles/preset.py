@@ -36,8 +36,7 @@ def preset_profile(preset: Preset) -> Profile[LedgerReader | StreamedMode]:
         if logical is not None and from_stream(settings):
             # The reader reads the gauges; its own counts go to a ledger nothing exports.
             gauges = preset.make_reader(stuck_after, Ledger(labels), streamed)
-            rules = logical.rules(Ledger(labels, tallies))
-            return StreamedMode(gauges, rules, labels, streamed, preset.table)
+            return StreamedMode(gauges, logical.rules(), labels, tallies, streamed, preset.table)
         # None: the library's own default heartbeat / stalled-worker timeout.
         return preset.make_reader(stuck_after, Ledger(labels, tallies), coverage)
 

@@ -3,23 +3,33 @@
 The preset's own reader still reads the gauges every cycle, as under polling, but whatever it
 counts goes to a ledger of its own that nothing exports: every counter and histogram comes from
 the preset's change rules (:class:`ChangeRules`, one per preset, e.g.
-:mod:`exporter.profiles.graphile_stream`), fed the committed transactions the follower hands
-over. Each is counted as it is handed over when the rules can name what it needs; from the
-first one they cannot (a task new since the last cycle), in the next cycle, after the rules'
-lookups (graphile's task names) were read in a snapshot that sees every transaction handed over
-before it. No I/O.
+:mod:`exporter.profiles.graphile_stream`), folded in the stream's thread by the keys the rules
+choose (graphile's task ids). A batch handed over is counted at once when the rules can name
+every key in it; from the first one they cannot (a task new since the last cycle), in the next
+cycle, after the rules' lookups (graphile's task names) were read in a snapshot that sees every
+transaction handed over before it. No I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Self
 
 from exporter.counting.reader import LedgerReader
+from exporter.counting.stream_counter import credit
 from exporter.counting.stream_mode import TRUNCATE_MESSAGE
-from exporter.model import Collected, Coverage, Cycle, Notice, PresetJobTypes, Query, Row
-from exporter.model.row_changes import TRUNCATE, Transaction
+from exporter.model import (
+    Collected,
+    Coverage,
+    Cycle,
+    JobType,
+    Notice,
+    PresetJobTypes,
+    Query,
+    Row,
+    Tallies,
+)
+from exporter.model.row_changes import Batch, ChangeFold
 from exporter.profiles.base import ChangeRules
 from exporter.profiles.mapping import snapshot_of
 
@@ -31,14 +41,16 @@ class StreamedMode:
     reader: LedgerReader  # counts into a ledger nothing exports: only its gauges are used
     rules: ChangeRules
     labels: PresetJobTypes
+    tallies: Tallies  # the queue's
     coverage: Coverage
     table: str  # named in the TRUNCATE notice
     position: int = 0  # the end of the last counted commit (0: none yet)
     changes: int = 0  # changes counted since start
     truncates: int = 0
-    _pending: list[Transaction] = field(default_factory=list)
+    _pending: list[Batch] = field(default_factory=list)
     _truncates_seen: int = 0
     _taken: int = 0  # changes counted since the last cycle's report
+    _unmapped: list[tuple[str, str | None]] = field(default_factory=list)  # no status: unused
 
     @property
     def tracked(self) -> None:
@@ -55,18 +67,20 @@ class StreamedMode:
         """Fed by the change stream's follower."""
         return self
 
-    def take(self, transactions: Iterable[Transaction]) -> None:
-        """Count committed transactions now, in commit order, or keep them for the next cycle
-        from the first one the rules cannot name yet (one sent again is skipped)."""
-        for transaction in transactions:
-            last = self._pending[-1].end_lsn if self._pending else self.position
-            if transaction.end_lsn <= last:
-                continue
-            self._pending.append(transaction)
-            # Counted at once when the rules know every name it needs, so a mode replaced
-            # before its next cycle (a rebaseline) drops nothing the follower has passed.
-            if len(self._pending) == 1 and all(map(self.rules.ready, transaction.changes)):
-                self._count()
+    def fold(self) -> ChangeFold:
+        """The rules the stream's thread folds each change with."""
+        tallies = self.tallies
+        return self.rules.fold((tallies.duration_bounds, tallies.wait_bounds,
+                                tallies.latency_bounds))  # fmt: skip
+
+    def take(self, batch: Batch) -> None:
+        """Count a batch now, or keep it for the next cycle from the first one the rules
+        cannot name yet."""
+        self._pending.append(batch)
+        # Counted at once when the rules know every key it needs, so a mode replaced before
+        # its next cycle (a rebaseline) drops nothing the follower has passed.
+        if len(self._pending) == 1 and all(map(self.rules.known, _keys(batch))):
+            self._count()
 
     def horizon_query(self) -> Query:
         """The reader's horizon statement (its gauges' cycle needs it)."""
@@ -97,16 +111,24 @@ class StreamedMode:
         )
 
     def _count(self) -> None:
-        """Count every kept transaction."""
-        read = 0
-        for transaction in self._pending:
-            for change in transaction.changes:
-                if change.kind == TRUNCATE:
-                    self.truncates += 1
-                else:
-                    self.rules.count(change, transaction.commit_time)
-                read += 1
-            self.position = transaction.end_lsn
-        self.changes += read
+        """Count every kept batch, each key under the name the rules give it."""
+        for batch in self._pending:
+            tally = batch.tally
+            credit(tally, self.tallies, self._label, self._unmapped)
+            self.changes += tally.changes
+            self._taken += tally.changes
+            self.truncates += tally.truncates
+            self.position = batch.position
         self._pending.clear()
-        self._taken += read
+
+    def _label(self, key: JobType) -> str:
+        return self.labels.label_of_name(self.rules.name(key))
+
+
+def _keys(batch: Batch) -> set[JobType]:
+    """Every key a batch counts under."""
+    tally = batch.tally
+    keys: set[JobType] = {*tally.enqueued, *tally.completed, *tally.requeued, *tally.cancelled}
+    keys.update(key for key, _ in tally.failures)
+    keys.update(key for key, _ in tally.dead)
+    return keys

@@ -71,7 +71,9 @@ class Exposition:
         try:
             verdict = self.board.verdict()
             views, config = self.board.views(), self.board.config
-            positions = {v.queue: v.position for v in views if v.tallies and v.position}
+            # Every logical queue's leader, position 0 (nothing counted yet) included: its
+            # follower learns from each response how often Prometheus scrapes.
+            positions = {v.queue: v.position for v in views if v.tallies and v.position is not None}
             self._body = await asyncio.to_thread(_render_encoded, views, config)
             self._positions = positions
             self._verdict = verdict

@@ -3,34 +3,41 @@ counters polling feeds out (docs/logical.md, "What it counts")."""
 
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
-
 import pytest
 
-from exporter.counting.stream_counter import ChangeCounter
+from exporter.counting.stream_counter import StreamFold, credit
 from exporter.counting.tracker import TrackerOptions
-from exporter.db.change_stream import TransactionReader
-from exporter.db.pgoutput import decode
+from exporter.db.change_folder import SPILL, Outlet, TransactionFolder
 from exporter.db.slot_follower import Confirmation
 from exporter.model import JobTypeLabels, Tallies
-from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, Transaction
+from exporter.model.change_tally import MAX_KEYS
+from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, Batch, RowChange
 from exporter.settings.table import TableMapping
+from tests.unit import pgoutput_messages as pg
 
-FIXTURE = Path(__file__).parent / "fixtures" / "pgoutput_job_lifecycle.json"
 T0 = "2026-12-04 19:30:33.991253+00"
 T1 = "2026-12-04 19:30:35.991253+00"
 T2 = "2026-12-04 19:30:45.491253+00"
+COMMIT = 1_796_412_650.0
+BUCKETS = ((1.0, 10.0), (0.1, 5.0), (60.0,))
 
 
-def counter(mapping: TableMapping | None = None) -> ChangeCounter:
-    return ChangeCounter(
-        mapping or TableMapping(),
-        TrackerOptions(commit_lag_tolerance=30.0),
-        JobTypeLabels({}, 50),
-        Tallies((1.0, 10.0), (0.1, 5.0), (60.0,)),
-    )
+class Counted:
+    """A fold, the tally it counts into, and the queue's counters the tally is credited to."""
+
+    def __init__(self, mapping: TableMapping | None = None) -> None:
+        self.fold = StreamFold(mapping or TableMapping(), TrackerOptions(30.0), BUCKETS)
+        self.tally = self.fold.tally()
+        self.tallies = Tallies(*BUCKETS)
+        self.named: list[tuple[str, str | None]] = []
+
+    def count(self, *changes: RowChange) -> Tallies:
+        for change in changes:
+            self.fold.count(change, COMMIT, self.tally)
+        credit(self.tally, self.tallies, JobTypeLabels({}, 50).label, self.named)
+        self.dead_delta = dict(self.tally.dead_delta)
+        self.tally = self.fold.tally()
+        return self.tallies
 
 
 def row(status: int, attempts: int = 0, **values: str | None) -> dict[str, str | None]:
@@ -42,28 +49,21 @@ def row(status: int, attempts: int = 0, **values: str | None) -> dict[str, str |
     return {**base, **values}
 
 
-_lsn = iter(range(100, 10_000, 10))
-
-
-def tx(*changes: RowChange, end: int | None = None) -> Transaction:
-    at = end if end is not None else next(_lsn)
-    return Transaction(commit_lsn=at - 1, end_lsn=at, commit_time=1_796_412_650.0, changes=changes)
-
-
 def running(attempts: int = 1) -> dict[str, str | None]:
     return row(2, attempts, run_started_at=T1, updated_at=T1)
 
 
 def test_a_whole_life_counts_enqueue_failure_completion_with_its_figures() -> None:
-    c = counter()
+    c = Counted()
     result = '{"metrics": {"duration_ms": 2500, "cost": {"ai_usd": 0.01, "total_usd": 0.015}}}'
     done = row(3, 2, run_started_at=T1, updated_at=T2, result=result, last_error="boom")
-    c.apply(tx(RowChange(INSERT, new=row(1))))
-    c.apply(tx(RowChange(UPDATE, old=row(1), new=running())))
-    c.apply(tx(RowChange(UPDATE, old=running(), new=row(1, 1, last_error="boom"))))
-    c.apply(tx(RowChange(UPDATE, old=row(1, 1), new=running(2))))
-    c.apply(tx(RowChange(UPDATE, old=running(2), new=done)))
-    t = c.tallies
+    t = c.count(
+        RowChange(INSERT, new=row(1)),
+        RowChange(UPDATE, old=row(1), new=running()),
+        RowChange(UPDATE, old=running(), new=row(1, 1, last_error="boom")),
+        RowChange(UPDATE, old=row(1, 1), new=running(2)),
+        RowChange(UPDATE, old=running(2), new=done),
+    )
     assert t.enqueued == {"7": 1}
     assert t.failures == {("7", "error"): 1}
     assert t.completed == {"7": 1}
@@ -74,65 +74,65 @@ def test_a_whole_life_counts_enqueue_failure_completion_with_its_figures() -> No
 
 
 def test_a_release_with_attempts_minus_one_is_no_failure_death_or_requeue() -> None:
-    c = counter()
-    c.apply(tx(RowChange(UPDATE, old=running(1), new=row(1, 0))))
-    assert not c.tallies.failures
-    assert not c.tallies.dead
-    assert not c.tallies.requeued
+    t = Counted().count(RowChange(UPDATE, old=running(1), new=row(1, 0)))
+    assert not t.failures
+    assert not t.dead
+    assert not t.requeued
 
 
 def test_failure_reasons_come_from_the_newest_failure() -> None:
-    c = counter()
+    c = Counted()
     reaped = row(1, 1, last_error="JobDeadlineExceeded: 30s [lease-expired reclaim]")
-    c.apply(tx(RowChange(UPDATE, old=running(), new=reaped)))
-    c.apply(tx(RowChange(UPDATE, old=running(), new=row(1, 1, last_error="JobDeadlineExceeded"))))
-    c.apply(tx(RowChange(UPDATE, old=running(3), new=row(4, 3, last_error="boom"))))
-    assert c.tallies.failures == {
-        ("7", "lease_expired"): 1,
-        ("7", "deadline"): 1,
-        ("7", "error"): 1,
-    }
-    assert c.tallies.dead == {("7", "error"): 1}
+    t = c.count(
+        RowChange(UPDATE, old=running(), new=reaped),
+        RowChange(UPDATE, old=running(), new=row(1, 1, last_error="JobDeadlineExceeded")),
+        RowChange(UPDATE, old=running(3), new=row(4, 3, last_error="boom")),
+    )
+    assert t.failures == {("7", "lease_expired"): 1, ("7", "deadline"): 1, ("7", "error"): 1}
+    assert t.dead == {("7", "error"): 1}
     assert c.dead_delta == {7: 1}
 
 
 def test_a_requeue_leaves_the_dead_letter() -> None:
-    c = counter()
-    c.apply(tx(RowChange(UPDATE, old=row(4, 3), new=row(1, 0))))
-    assert c.tallies.requeued == {"7": 1}
+    c = Counted()
+    assert c.count(RowChange(UPDATE, old=row(4, 3), new=row(1, 0))).requeued == {"7": 1}
     assert c.dead_delta == {7: -1}
 
 
 def test_deletes_count_active_rows_as_vanished_and_finished_rows_as_nothing() -> None:
-    c = counter()
-    for status in (1, 2, 3, 4):
-        c.apply(tx(RowChange(DELETE, old=row(status))))
-    assert c.tallies.vanished == {"pending": 1, "running": 1}
+    c = Counted()
+    t = c.count(*(RowChange(DELETE, old=row(status)) for status in (1, 2, 3, 4)))
+    assert t.vanished == {"pending": 1, "running": 1}
     assert c.dead_delta == {7: -1}
-    assert not c.tallies.completed
+    assert not t.completed
 
 
-def test_a_transaction_sent_again_is_counted_once() -> None:
-    c = counter()
-    assert c.apply(tx(RowChange(INSERT, new=row(1)), end=50_000))
-    assert not c.apply(tx(RowChange(INSERT, new=row(1)), end=50_000))
-    assert not c.apply(tx(RowChange(INSERT, new=row(1)), end=40_000))
-    assert c.tallies.enqueued == {"7": 1}
-    assert c.skipped == 2
-
-
-def test_a_changed_done_row_and_a_truncate_count_nothing() -> None:
-    c = counter()
-    c.apply(tx(RowChange(UPDATE, old=row(3), new=row(1)), RowChange(TRUNCATE)))
-    assert not any(c.tallies.counters().values())
-    assert c.truncates == 1
+def test_a_changed_done_row_and_a_truncate_count_nothing_but_the_truncate() -> None:
+    c = Counted()
+    c.fold.count(RowChange(UPDATE, old=row(3), new=row(1)), COMMIT, c.tally)
+    c.fold.count(RowChange(TRUNCATE), COMMIT, c.tally)
+    assert c.tally.truncates == 1
+    assert not any(c.count().counters().values())
 
 
 def test_an_identity_index_update_without_old_key_keeps_the_status() -> None:
-    # REPLICA IDENTITY USING INDEX (job_id, status): a renew sends no old key at all.
-    c = counter()
-    c.apply(tx(RowChange(UPDATE, old=None, new=running())))
-    assert not any(c.tallies.counters().values())
+    # REPLICA IDENTITY USING INDEX (job_id, status, attempts): a renew sends no old key at all.
+    assert not any(Counted().count(RowChange(UPDATE, new=running())).counters().values())
+
+
+def test_unmapped_means_uncounted_from_or_to_a_status_the_mapping_does_not_name() -> None:
+    # A typo in status_values (the table writes 4, the mapping says 9): the rows are counted as
+    # unmapped, and as nothing else: no failure, no death, no completion.
+    mapping = TableMapping(status_values={"pending": 1, "running": 2, "done": 9, "dead": 4})
+    c = Counted(mapping)
+    t = c.count(
+        RowChange(UPDATE, old=running(), new=row(3, 1, result="{}")),  # 3: unmapped here
+        RowChange(UPDATE, old=row(3, 1), new=row(4, 1, last_error="boom")),
+        RowChange(UPDATE, old=row(3, 1), new=row(1, 1)),
+    )
+    assert not any(t.counters().values())
+    assert t.unmapped_status == {"3": 1}
+    assert c.named == [("3", "3")]
 
 
 def test_a_mapped_table_is_read_by_its_column_names_and_status_values() -> None:
@@ -145,42 +145,179 @@ def test_a_mapped_table_is_read_by_its_column_names_and_status_values() -> None:
         status_values={"pending": "queued", "running": "active", "done": "finished",
                        "dead": "failed"},
     )  # fmt: skip
-    c = counter(mapping)
+    c = Counted(mapping)
     old = {"id": "1", "kind": "mail", "state": "active", "tries": "1", "changed_at": T0}
     new = {**old, "state": "finished", "output": "{}", "started_at": T0, "inserted_at": T0,
            "not_before": T0, "changed_at": T1}  # fmt: skip
-    c.apply(tx(RowChange(INSERT, new={**old, "state": "queued"})))
-    c.apply(tx(RowChange(UPDATE, old=old, new=new)))
-    c.apply(tx(RowChange(UPDATE, old=new, new={**new, "state": "paused"})))
-    assert c.tallies.enqueued == {"mail": 1}
-    assert c.tallies.completed == {"mail": 1}
-    assert c.tallies.latency["mail"].total == 2.0
-    assert c.tallies.unmapped_status == {"'paused'": 1}
+    t = c.count(
+        RowChange(INSERT, new={**old, "state": "queued"}),
+        RowChange(UPDATE, old=old, new=new),
+        RowChange(UPDATE, old=new, new={**new, "state": "paused"}),
+    )
+    assert t.enqueued == {"mail": 1}
+    assert t.completed == {"mail": 1}
+    assert t.latency["mail"].total == 2.0
+    assert t.unmapped_status == {"'paused'": 1}
+    assert c.fold.columns == {"kind", "state", "tries", "error", "output", "not_before",
+                              "started_at", "inserted_at", "changed_at"}  # fmt: skip
 
 
-def test_the_captured_stream_of_one_job_counts_its_life_once() -> None:
-    messages = [base64.b64decode(m) for m in json.loads(FIXTURE.read_text())["messages"]]
-    reader = TransactionReader("job")
-    transactions = [t for m in messages if (t := reader.take(decode(m))) is not None]
-    assert [t.end_lsn for t in transactions] == sorted(t.end_lsn for t in transactions)
-    c = counter()
-    for transaction in [*transactions, *transactions]:  # sent twice: counted once
-        c.apply(transaction)
-    t = c.tallies
+def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
+    # A key-only old tuple without the status (an identity the start refuses) must not pass
+    # for a pending row.
+    old = {k: None for k in row(2)}
+    t = Counted().count(RowChange(UPDATE, old=old, new=row(3, 1, result="{}")))
+    assert not any(t.counters().values())
+
+
+def test_quiet_updates_are_the_claims_heartbeats_and_changes_of_done_rows_only() -> None:
+    fold = Counted().fold
+    assert fold.quiet("1", "2")  # a claim
+    assert fold.quiet("2", "2")  # a heartbeat
+    assert fold.quiet("3", "1")  # a DONE row changed: not ours to count
+    assert not fold.quiet("2", "3")  # a completion
+    assert not fold.quiet("2", "1")  # a failure (or a release: the rows tell)
+    assert not fold.quiet("4", "1")  # a requeue
+    assert not fold.quiet("1", "4")  # a death
+    assert not fold.quiet("2", "7")  # to an unmapped value: counted as unmapped
+    assert not fold.quiet("2", None)
+
+
+def test_a_tally_keeps_at_most_max_keys_job_types_apart_and_the_rest_under_other() -> None:
+    c = Counted()
+    for n in range(MAX_KEYS + 5):
+        c.fold.count(RowChange(INSERT, new=row(1, job_type=f"t{n}")), COMMIT, c.tally)
+    t = c.count()
+    assert len(t.enqueued) == 51  # the label cap: 50 job types, the rest under other
+    assert sum(t.enqueued.values()) == MAX_KEYS + 5
+
+
+# --- the thread's folder: pgoutput messages into batches -------------------------------------
+
+OID = 16386
+COLUMNS = ("job_id", "job_type", "status", "priority", "payload", "attempts", "last_error",
+           "result", "run_after", "run_started_at", "created_at", "updated_at")  # fmt: skip
+
+
+def values(status: int, attempts: int = 0, **changed: object) -> list[object]:
+    base: dict[str, object] = {
+        "job_id": "j1", "job_type": "7", "status": str(status), "priority": "100",
+        "payload": "{}", "attempts": str(attempts), "last_error": None, "result": None,
+        "run_after": T0, "run_started_at": None, "created_at": T0, "updated_at": T0,
+    }  # fmt: skip
+    base.update(changed)
+    return [base[c] for c in COLUMNS]
+
+
+def folder(skip_below: int = 0, keys: tuple[str, ...] = ()) -> TransactionFolder:
+    fold = Counted().fold
+    fold_folder = TransactionFolder("job", fold, Outlet(), skip_below)
+    identity = "i" if keys else "f"
+    fold_folder.take(pg.relation(OID, "job", COLUMNS, keys, identity))
+    return fold_folder
+
+
+def credited(batches: list[Batch]) -> Tallies:
+    tallies = Tallies(*BUCKETS)
+    for batch in batches:
+        credit(batch.tally, tallies, JobTypeLabels({}, 50).label, [])
+    return tallies
+
+
+def transaction(f: TransactionFolder, lsn: int, *changes: bytes) -> None:
+    f.take(pg.begin(lsn))
+    for change in changes:
+        f.take(change)
+    f.take(pg.commit(lsn, lsn + 8))
+
+
+def test_the_captured_stream_of_one_job_counts_its_life_once_even_sent_twice() -> None:
+    messages = pg.captured()
+    f = TransactionFolder("job", Counted().fold, Outlet(), 0)
+    for message in [*messages, *messages]:  # sent again after a reconnect: counted once
+        f.take(message)
+    batches = [b for b in f.outlet.take() if isinstance(b, Batch)]
+    assert len(batches) == 1
+    assert batches[0].commits == 6
+    assert batches[0].position == 26552800  # the last Commit's end
+    t = credited(batches)
     assert sum(t.enqueued.values()) == 1
     assert sum(t.failures.values()) == 1
     assert sum(t.completed.values()) == 1
     assert not t.vanished  # the DELETE came after DONE
+    assert batches[0].tally.changes == 6  # the claims were read too, and counted as nothing
 
 
 def test_another_tables_changes_in_the_publication_are_left_out() -> None:
-    messages = [base64.b64decode(m) for m in json.loads(FIXTURE.read_text())["messages"]]
-    reader = TransactionReader("other")
-    assert not any(t.changes for m in messages if (t := reader.take(decode(m))) is not None)
+    f = TransactionFolder("other", Counted().fold, Outlet(), 0)
+    for message in pg.captured():
+        f.take(message)
+    assert f.outlet.take() == []
+
+
+def test_a_batch_never_holds_part_of_a_transaction() -> None:
+    f = folder()
+    f.take(pg.begin(100))
+    f.take(pg.insert(OID, values(1)))
+    assert f.open
+    assert f.outlet.take() == []  # taken mid-transaction: nothing of it yet
+    f.take(pg.insert(OID, values(1)))
+    f.take(pg.commit(100, 108))
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    assert (batch.position, batch.commits, batch.tally.changes) == (108, 1, 2)
+
+
+def test_a_transaction_past_the_spill_is_folded_apart_and_counted_the_same() -> None:
+    f = folder()
+    transaction(f, 100, *(pg.insert(OID, values(1, job_type=str(n % 3))) for n in range(SPILL * 4)))
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    assert sum(batch.tally.enqueued.values()) == SPILL * 4
+    assert batch.tally.changes == SPILL * 4
+
+
+def test_a_heartbeat_is_read_without_building_its_rows_and_counts_nothing() -> None:
+    f = folder()
+    transaction(f, 100, pg.update(OID, values(2, 1), values(2, 1)))
+    assert f._changes == []  # committed: nothing kept
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    assert batch.tally.changes == 1
+    assert not any(credited([batch]).counters().values())
+
+
+def test_a_key_only_old_row_keeps_its_key_and_an_unchanged_toast_value_is_unknown() -> None:
+    # REPLICA IDENTITY USING INDEX on (job_id, status, attempts): the old row carries those,
+    # every other column as a null that means "not sent".
+    f = folder(keys=("job_id", "status", "attempts"))
+    old = [
+        v if c in ("job_id", "status", "attempts") else None
+        for c, v in zip(COLUMNS, values(2, 1), strict=True)
+    ]
+    done = values(3, 1, result=pg.TOAST, updated_at=T1, run_started_at=T0)
+    transaction(f, 100, pg.update(OID, done, old, key=True))
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    t = credited([batch])
+    assert t.completed == {"7": 1}
+    assert not t.cost  # the result was not sent: unknown, not malformed
+    assert not t.malformed
+
+
+def test_a_value_that_is_not_utf8_is_refused() -> None:
+    from exporter.db.pgoutput import PgoutputError
+
+    f = folder()
+    f.take(pg.begin(100))
+    with pytest.raises(PgoutputError, match="not UTF-8"):
+        f.take(pg.insert(OID, values(1, job_type=b"\xff\xfe")))
 
 
 def test_confirmation_waits_for_a_scrape_or_for_counts_a_few_intervals_old() -> None:
-    confirm = Confirmation(max_age=30.0)
+    confirm = Confirmation(floor=30.0)
+    for at in (0.0, 5.0, 10.0):  # scraped every 5 s: the floor decides
+        confirm.scraped(at)
     confirm.counted(100, at=0.0)
     confirm.counted(200, at=10.0)
     assert confirm.position(now=5.0) == 0  # counted, not scraped, not old: kept
@@ -191,6 +328,22 @@ def test_confirmation_waits_for_a_scrape_or_for_counts_a_few_intervals_old() -> 
     confirm.counted(300, at=41.0)
     confirm.carried(300)
     assert confirm.position(now=41.0) == 300
+
+
+def test_uncarried_counts_wait_twice_the_longest_scrape_gap_before_they_are_let_go() -> None:
+    # A 1 s interval (floor 3 s) and Prometheus scraping every 10 s: a count no scrape carried
+    # yet is kept 20 s, so a leader killed just before the next scrape leaves it to its successor.
+    confirm = Confirmation(floor=3.0)
+    assert confirm.max_age == 600.0  # no scrape seen yet: the bound
+    for at in (0.0, 10.0, 20.0):
+        confirm.scraped(at)
+    assert confirm.max_age == 20.0
+    confirm.counted(100, at=21.0)
+    assert confirm.position(now=29.5) == 0  # 3 s (the floor) would have let it go
+    assert confirm.position(now=41.0) == 100
+    confirm.scraped(2000.0)  # a gap of half an hour: bounded
+    assert confirm.max_age == 600.0
+    assert confirm.anew().max_age == 600.0  # a new slot keeps what was learnt of the scrapes
 
 
 # --- the commands -------------------------------------------------------------------------
@@ -245,15 +398,6 @@ def test_a_preset_with_logical_counting_is_refused_naming_the_setting(
     assert "use polling for this preset" in err
 
 
-def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
-    # A key-only old tuple without the status (an identity the start refuses) must not pass
-    # for a pending row.
-    c = counter()
-    old = {k: None for k in row(2)}
-    c.apply(tx(RowChange(UPDATE, old=old, new=row(3, 1, result="{}"))))
-    assert not any(c.tallies.counters().values())
-
-
 @pytest.mark.usefixtures("restore_logging")
 def test_the_demo_refuses_logical_counting_before_starting_a_cluster(
     capsys: pytest.CaptureFixture[str],
@@ -264,73 +408,12 @@ def test_the_demo_refuses_logical_counting_before_starting_a_cluster(
     assert "collect.counting: the demo counts by polling only" in capsys.readouterr().err
 
 
-# --- the stream thread's loop, on a scripted cursor -------------------------------------------
-
-
-class ScriptedCursor:
-    """Plays captured pgoutput messages, then reports the server at ``wal_end``; records the
-    feedback. Its fileno is a pipe that never becomes readable."""
-
-    def __init__(self, payloads: list[bytes], wal_end: int) -> None:
-        import os
-
-        self._payloads = list(payloads)
-        self._read_fd, self._write_fd = os.pipe()
-        self.wal_end = 0
-        self._server_end = wal_end
-        self.flushed: list[int] = []
-
-    def fileno(self) -> int:
-        return self._read_fd
-
-    def close(self) -> None:
-        import os
-
-        os.close(self._read_fd)
-        os.close(self._write_fd)
-
-    def read_message(self) -> object:
-        from types import SimpleNamespace
-
-        if self._payloads:
-            return SimpleNamespace(payload=self._payloads.pop(0))
-        self.wal_end = self._server_end
-        return None
-
-    def send_feedback(self, *, write_lsn: int, flush_lsn: int, force: bool) -> None:
-        self.flushed.append(flush_lsn)
-
-
-def _run_stream(cursor: ScriptedCursor, confirm: int | None) -> tuple[list[Transaction], int]:
-    import threading
-    import time
-
-    from exporter.db.change_stream import ChangeStream, StreamOptions
-
-    stream = ChangeStream(StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job"))
-    thread = threading.Thread(target=stream._read, args=(cursor,))
-    thread.start()
-    deadline = time.monotonic() + 5
-    while stream.server_lsn == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    delivered = stream.drain()
-    if confirm is not None:
-        stream.confirm(confirm)
-        time.sleep(0.7)  # one wait on the socket: the thread sends what it may
-    stream._stop.set()
-    thread.join(5)
-    cursor.close()
-    return delivered, stream.confirmed_lsn
-
-
-def test_the_thread_confirms_nothing_counted_until_allowed_then_follows_the_server() -> None:
-    messages = [base64.b64decode(m) for m in json.loads(FIXTURE.read_text())["messages"]]
-    server = 2**40
-    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=None)
-    assert delivered
-    assert confirmed == 0  # handed over, never allowed: a successor gets them again
-    last = delivered[-1].end_lsn
-    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=last - 1)
-    assert confirmed == last - 1  # allowed part of it: no further, not the server's position
-    delivered, confirmed = _run_stream(ScriptedCursor(messages, server), confirm=last)
-    assert confirmed == server  # all carried, the table quiet: other tables' WAL is let go
+def test_an_unchanged_toast_value_is_taken_from_the_whole_old_row_under_full_identity() -> None:
+    # A long last_error the failing UPDATE did not rewrite arrives as 'u' in the new row.
+    f = folder()
+    error = "JobDeadlineExceeded: " + "x" * 3000
+    old = values(2, 1, last_error=error)
+    transaction(f, 100, pg.update(OID, values(1, 1, last_error=pg.TOAST), old))
+    (batch,) = f.outlet.take()
+    assert isinstance(batch, Batch)
+    assert credited([batch]).failures == {("7", "deadline"): 1}

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from exporter.db.change_stream import ChangeStream, Gap, StreamOptions
+from exporter.db.change_stream import ChangeStream, Ended, Gap, StreamOptions, StreamRun
 from exporter.db.slot_follower import Follower
-from exporter.model.row_changes import Transaction
+from exporter.model.change_tally import ChangeTally
+from exporter.model.row_changes import Batch, ChangeFold
 
 OPTIONS = StreamOptions("postgresql://x@db.invalid/q", "s", "p", "job")
 
@@ -51,16 +52,19 @@ class SlotCursor:
         self.wal_status = "reserved"
 
 
-def ensure(stream: ChangeStream, cursor: SlotCursor) -> None:
-    stream._ensure_slot(FakePsycopg2, cursor)
+RUN = StreamRun()
+
+
+def ensure(stream: ChangeStream, cursor: SlotCursor, run: StreamRun = RUN) -> None:
+    stream._ensure_slot(FakePsycopg2, cursor, run)
 
 
 def test_a_slot_missing_at_the_first_start_is_created_and_no_gap() -> None:
-    stream, cursor = ChangeStream(OPTIONS), SlotCursor(None)
-    ensure(stream, cursor)
+    stream, cursor, run = ChangeStream(OPTIONS), SlotCursor(None), StreamRun()
+    ensure(stream, cursor, run)
     assert cursor.calls == ["select", "create"]
     assert stream.gaps == 0
-    assert stream.drain() == []
+    assert run.outlet.take() == []
 
 
 @pytest.mark.parametrize("status", ["reserved", "extended", "unreserved"])
@@ -72,12 +76,12 @@ def test_a_usable_slot_is_read_as_it_is(status: str) -> None:
 
 
 def test_a_lost_slot_found_at_start_is_dropped_replaced_and_one_gap() -> None:
-    stream, cursor = ChangeStream(OPTIONS), SlotCursor("lost")
+    stream, cursor, run = ChangeStream(OPTIONS), SlotCursor("lost"), StreamRun()
     stream.confirm(900)
-    ensure(stream, cursor)
+    ensure(stream, cursor, run)
     assert cursor.calls == ["select", "drop", "create"]
     assert stream.gaps == 1
-    [gap] = stream.drain()
+    [gap] = run.outlet.take()
     assert isinstance(gap, Gap)
     assert "lost" in gap.found
     assert stream._confirm == 0  # nothing of the old slot is confirmed on the new one
@@ -109,18 +113,32 @@ def test_a_gap_whose_new_slot_fails_to_be_created_is_counted_once() -> None:
 class ScriptedStream:
     """Hands over what it is given; records what the follower lets it confirm."""
 
-    def __init__(self, *items: Transaction | Gap) -> None:
+    def __init__(self, *items: Batch | Gap) -> None:
         self.items = list(items)
         self.gaps = sum(isinstance(i, Gap) for i in items)
         self.confirmed: list[tuple[int, int]] = []
         self.confirmed_lsn = 0
         self.sends = True  # False: a stream that never gets its feedback out
         self.running = True
+        self.lingering = False
         self.options = OPTIONS
+        self.on_feedback: Any = None
+        self.ending: Ended | None = None  # what ended() reports once
+        self.starts: list[int] = []  # the skip_below of each start
 
-    def drain(self) -> list[Transaction | Gap]:
+    def take(self) -> list[Batch | Gap]:
         out, self.items = self.items, []
         return out
+
+    def ended(self) -> Ended | None:
+        ending, self.ending = self.ending, None
+        if ending is not None:
+            self.running = False
+        return ending
+
+    def start(self, fold: ChangeFold, skip_below: int) -> None:
+        self.starts.append(skip_below)
+        self.running = True
 
     def confirm(self, lsn: int, gaps: int = 0) -> None:
         self.confirmed.append((lsn, gaps))
@@ -132,8 +150,11 @@ class Mode:
     def __init__(self) -> None:
         self.taken: list[int] = []
 
-    def take(self, transactions: list[Transaction]) -> None:
-        self.taken += [t.end_lsn for t in transactions]
+    def take(self, batch: Batch) -> None:
+        self.taken.append(batch.position)
+
+    def fold(self) -> ChangeFold:
+        raise AssertionError("a scripted stream needs no fold")
 
     @property
     def position(self) -> int:
@@ -144,8 +165,8 @@ class Mode:
         return self
 
 
-def tx(end: int) -> Transaction:
-    return Transaction(end - 1, end, 0.0, ())
+def tx(end: int) -> Batch:
+    return Batch(ChangeTally((), (), ()), end, commits=1)
 
 
 async def test_after_a_gap_the_new_slots_changes_go_to_a_new_baseline() -> None:
@@ -204,11 +225,14 @@ async def test_a_response_waits_a_bounded_time_for_a_stream_that_cannot_send(
 
 
 class Refusal(Exception):
-    """Stands for psycopg2.errors.ObjectNotInPrerequisiteState."""
+    """Stands for psycopg2.errors.ObjectNotInPrerequisiteState: SQLSTATE 55000."""
+
+    pgcode = "55000"
 
 
 class RefusingCursor(SlotCursor):
-    """A slot that looks usable but was invalidated: START_REPLICATION refuses it once."""
+    """A slot that looked usable but was invalidated before START_REPLICATION refused it once
+    (in the server's language, which the stream does not read: the catalog says lost)."""
 
     def __init__(self) -> None:
         super().__init__("unreserved")
@@ -218,29 +242,19 @@ class RefusingCursor(SlotCursor):
         self.starts += 1
         self.calls.append("start")
         if self.starts == 1:
-            raise Refusal(
-                'cannot read from logical replication slot "s"\n'
-                "DETAIL:  This slot has been invalidated because it exceeded the maximum "
-                "reserved size."
-            )
+            self.wal_status = "lost"
+            raise Refusal('no se puede leer del slot de replicación lógica "s"')
 
 
-def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    cursor = RefusingCursor()
-
+def _fake_connection(monkeypatch: pytest.MonkeyPatch, cursor: SlotCursor) -> None:
     class Connection:
-        def cursor(self) -> RefusingCursor:
+        def cursor(self) -> SlotCursor:
             return cursor
 
         def close(self) -> None:
             pass
 
     class Psycopg2(FakePsycopg2):
-        class errors(FakePsycopg2.errors):
-            ObjectNotInPrerequisiteState = Refusal
-
         Error = Exception
 
         @staticmethod
@@ -249,15 +263,35 @@ def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
 
     extras = SimpleNamespace(LogicalReplicationConnection=None)
     monkeypatch.setattr("exporter.db.change_stream.psycopg2_modules", lambda: (Psycopg2, extras))
-    stream = ChangeStream(OPTIONS)
-    monkeypatch.setattr(stream, "_read", lambda cur: None)
-    stream._run()
-    assert cursor.calls == ["select", "start", "drop", "create", "start"]
+
+
+def test_a_slot_refused_at_start_replication_as_invalidated_is_one_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cursor = RefusingCursor()
+    _fake_connection(monkeypatch, cursor)
+    stream, run = ChangeStream(OPTIONS), StreamRun()
+    monkeypatch.setattr(stream, "_read", lambda cur, run, folder: None)
+    stream._read_slot(run, None, 0)  # type: ignore[arg-type]
+    assert cursor.calls == ["select", "start", "select", "drop", "create", "start"]
     assert stream.gaps == 1
-    assert stream._error is None
-    [gap] = stream.drain()
+    assert run.failure is None
+    [gap] = run.outlet.take()
     assert isinstance(gap, Gap)
-    assert gap.found == 'START_REPLICATION refused: cannot read from logical replication slot "s"'
+    assert gap.found.startswith("START_REPLICATION refused: no se puede leer")
+
+
+def test_a_refusal_of_a_slot_the_catalog_does_not_call_lost_is_a_failure_not_a_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cursor = RefusingCursor()
+    cursor.start_replication = lambda **kwargs: (_ for _ in ()).throw(Refusal("wal_level"))  # type: ignore[method-assign]
+    _fake_connection(monkeypatch, cursor)
+    stream, run = ChangeStream(OPTIONS), StreamRun()
+    stream._read_slot(run, None, 0)  # type: ignore[arg-type]
+    assert stream.gaps == 0
+    assert run.failure is not None
+    assert (run.failure.reason, run.failure.message) == ("setup", "wal_level")
 
 
 def test_the_leaders_view_carries_the_slot_and_a_standbys_does_not() -> None:

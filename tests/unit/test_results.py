@@ -233,3 +233,23 @@ def test_a_string_holding_a_number_is_malformed_either_way() -> None:
     assert via_sql == decode_result(json.dumps(document), PATHS)
     assert set(via_sql.malformed) == {"duration_ms", "ai_usd"}  # proxy_usd is absent
     assert via_sql.cost == {"other": 1.0}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"metrics": {"duration_ms": 12345678901234567890, "cost": {"ai_usd": 1}}}',
+        '{"metrics": {"duration_ms": 1500, "cost": {"ai_usd": 0.25, "total_usd": 1e2}}}',
+        '{"metrics": {"duration_ms": NaN}}',
+        "[1, 2]",
+        '{"metrics": {"duration_ms": 1.5, "cost": {"ai_usd": true}}}',
+    ],
+)
+def test_the_fast_parser_reads_every_result_as_the_standard_library_does(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from exporter.counting import results
+
+    fast = decode_result(text, PATHS)
+    monkeypatch.setattr(results, "_FAST_LOADS", None)
+    assert fast == decode_result(text, PATHS)
