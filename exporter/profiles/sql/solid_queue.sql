@@ -81,7 +81,8 @@ JOIN solid_queue_jobs j ON j.id = m.job_id;
 -- executions is Active Job's attempt count in `arguments`, which Solid Queue writes with
 -- JSON.dump and parses itself to run the job (read for new rows only); superseded says a
 -- retry_on re-enqueued the job as a later row (same active_job_id, indexed); latency runs from
--- the job's first row to its end. ProcessPrunedError, ProcessMissingError and
+-- the job's first row to its end (0 when the finishing worker's clock is behind the
+-- enqueuer's by more than that). ProcessPrunedError, ProcessMissingError and
 -- ProcessExitError (a worker lost, found dead, or exited) are lease_expired, anything else
 -- error: exception_class is the first key of the error JSON, read without parsing it.
 WITH moved AS (
@@ -124,10 +125,10 @@ SELECT x.id, j.class_name AS job_type,
                          WHERE k.active_job_id = j.active_job_id AND k.id > j.id) END
            AS superseded,
        CASE WHEN j.finished_at IS NOT NULL
-            THEN extract(epoch FROM j.finished_at
-                         - coalesce((SELECT min(k.created_at) FROM solid_queue_jobs k
-                                     WHERE k.active_job_id = j.active_job_id),
-                                    j.created_at))::float8 END
+            THEN greatest(extract(epoch FROM j.finished_at
+                                  - coalesce((SELECT min(k.created_at) FROM solid_queue_jobs k
+                                              WHERE k.active_job_id = j.active_job_id),
+                                             j.created_at)), 0)::float8 END
            AS latency
 FROM found x
 LEFT JOIN solid_queue_jobs j ON j.id = x.id
