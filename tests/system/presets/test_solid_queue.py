@@ -108,3 +108,4 @@ async def test_per_cycle_queries_use_indexes_on_a_million_rows(solid_queue_dsn: 
     assert {"gauges", "changes"} <= result.plans.keys()
     assert result.seq_scans() == [], result.summary()
     assert max(result.rows_read) < 1_000_000 // 50, result.summary()
+    print(result.report())
