@@ -1,15 +1,12 @@
 """The Solid Queue preset's per-cycle plans, timings and rows read on about 1,000,000 jobs.
 
 Run the measurement that docs/presets.md quotes (from the work tree):
-    .venv/bin/python -m tests.system.presets.solid_queue_explain
+    .venv/bin/python -m tests.system.presets.explain solid-queue
 """
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-
-from tests.system.presets.explain import ROWS, Measurement, measure
+from tests.system.presets.explain import Measurement, measure
 from tests.system.presets.solid_queue_client import install
 
 CLASSES = "(ARRAY['OkJob', 'MailJob', 'ReportJob', 'SyncJob', 'FlakyJob', 'BadJob'])"
@@ -75,21 +72,3 @@ async def measure_solid_queue(dsn: str) -> Measurement:
     await install(dsn)
     return await measure(dsn, "solid-queue", SOLID_QUEUE_HISTORY, SOLID_QUEUE_BATCH,
                          ("solid_queue_jobs",))  # fmt: skip
-
-
-async def _main() -> None:
-    from exporter.demo.cluster import Cluster
-
-    cluster = Cluster()
-    cluster.start()
-    try:
-        dbname = f"explain_solid_queue_{uuid.uuid4().hex[:6]}"
-        cluster.create_database(dbname)
-        result = await measure_solid_queue(cluster.dsn(dbname))
-        print(f"{ROWS:,} rows; {result.report()}")
-    finally:
-        cluster.destroy()
-
-
-if __name__ == "__main__":
-    asyncio.run(_main())

@@ -102,6 +102,7 @@ async def test_per_cycle_queries_use_indexes_on_a_million_rows(solid_queue_dsn: 
     from tests.system.presets.explain import measure
     from tests.system.presets.solid_queue_explain import SOLID_QUEUE_BATCH, SOLID_QUEUE_HISTORY
 
+    # The schema is installed already (the fixture): measure_solid_queue would install it again.
     result = await measure(solid_queue_dsn, "solid-queue", SOLID_QUEUE_HISTORY,
                            SOLID_QUEUE_BATCH, ("solid_queue_jobs",))  # fmt: skip
     assert result.plans, "no plan was captured"
