@@ -2,15 +2,24 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban, graphile-worker; ``PRESETS`` has their readers, capabilities and
-retention). See docs/presets.md for the interface, the proofs, and "Adding a preset".
+pg-boss, django-tasks, Oban, graphile-worker, Solid Queue; ``PRESETS`` has their readers,
+capabilities and retention). See docs/presets.md for the interface, the proofs, and "Adding a
+preset".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
+from exporter.profiles import (
+    django_tasks,
+    graphile_worker,
+    oban,
+    pgboss,
+    pgqueuer,
+    procrastinate,
+    solid_queue,
+)
 from exporter.profiles.base import Preset, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -91,6 +100,24 @@ PRESETS: dict[str, Preset] = {
                 "graphile_worker_exporter_dead_idx",
             ),
             logical=graphile_worker.LOGICAL,
+        ),
+        Preset(
+            name="solid-queue",
+            library="solid_queue (Rails)",
+            versions=">=1.5,<1.6 (preserve_finished_jobs on)",
+            make_reader=solid_queue.SolidQueueReader,
+            capabilities=solid_queue.CAPABILITIES,
+            retention=solid_queue.RETENTION,
+            table=solid_queue.TABLE,
+        ),
+        Preset(
+            name="solid-queue-unpreserved",
+            library="solid_queue (Rails)",
+            versions=">=1.5,<1.6 (preserve_finished_jobs off)",
+            make_reader=solid_queue.SolidQueueUnpreservedReader,
+            capabilities=solid_queue.UNPRESERVED,
+            retention=solid_queue.RETENTION,
+            table=solid_queue.TABLE,
         ),
     )
 }

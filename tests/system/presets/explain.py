@@ -4,7 +4,7 @@ The history is generated with generate_series into the schema each library insta
 then VACUUM ANALYZE; a few hundred new jobs land between cycles, as on a busy queue.
 
 Run the measurement that docs/presets.md quotes (from the work tree, with .venv set up):
-    .venv/bin/python -m tests.system.presets.explain [procrastinate|pgqueuer|pgboss|django-tasks]
+    .venv/bin/python -m tests.system.presets.explain [procrastinate|pgqueuer|pgboss|django-tasks|solid-queue]
 """
 
 from __future__ import annotations
@@ -291,6 +291,7 @@ async def _main() -> None:
     from exporter.demo.cluster import Cluster
     from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness
     from tests.system.presets.django_explain import measure_django_tasks
+    from tests.system.presets.solid_queue_explain import measure_solid_queue
 
     cluster = Cluster()
     cluster.start()
@@ -303,6 +304,7 @@ async def _main() -> None:
             ("pgqueuer", lambda dsn: measure_pgqueuer(dsn, pgqueuer_harness.install)),
             ("pgboss", lambda dsn: measure_pgboss(dsn, pgboss_harness)),
             ("django-tasks", measure_django_tasks),
+            ("solid-queue", measure_solid_queue),
         ]
         for name, run in cases:
             if len(sys.argv) > 1 and name not in sys.argv[1:]:
