@@ -262,13 +262,13 @@ class QueueOptions:
     """The ``queue:`` section: what the queue is called and whose tables it reads."""
 
     name: str | None = setting(
-        Kind.NAME, None, "Value of the queue label (null: the preset's own name, e.g. "
-        "solid_queue, else the database name from the DSN).",
+        Kind.NAME, None, "The queue label (null: the preset's own name, else the DSN's "
+        "database name).",
         optional=True,
     )  # fmt: skip
     profile: str = setting(
-        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (database.table) or "
-        "a library's (docs/presets.md).", choices=PROFILES,
+        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue reads (docs/presets.md).",
+        choices=PROFILES,
         aliases=PROFILE_ALIASES,
     )  # fmt: skip
 

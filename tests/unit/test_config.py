@@ -822,7 +822,7 @@ def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
     loaded = load_text(tmp_path, example)
     assert [q.profile for q in loaded.queues] == [
         "default", "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban",
-        "graphile-worker",
+        "graphile-worker", "solid-queue",
     ]  # fmt: skip
     media = next(q for q in loaded.queues if q.name == "media").collect
     assert (media.interval, media.heartbeat_timeout) == (15.0, 300.0)
