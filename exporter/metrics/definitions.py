@@ -206,7 +206,7 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
             "reason",
         ),
         "Failed collections by reason: timeout, lock, connection, query, schema, permission, "
-        "internal.",
+        "internal, stream (collect.counting: logical: the change stream failed).",
         "poller",
     ),
     _d(
