@@ -36,6 +36,7 @@ from exporter.model import (
 )
 from exporter.model.exchange import CountingError, CountingMode
 from exporter.profiles import profile_of
+from exporter.redaction import redact
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
 
@@ -374,6 +375,7 @@ class Poller:
             self._log.missing_index(name, self.settings.index_command)
 
     def _failed(self, reason: str, message: str) -> None:
+        message = redact(message)  # stored for the status page and /readyz: redacted once, here
         health = self.health
         self._reason = reason
         if health.up or health.last_error != message:
