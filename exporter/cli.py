@@ -8,16 +8,21 @@ This is the only module that reads ``sys.argv`` and ``os.environ``. Exit codes: 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import shlex
 import sys
+import threading
+import traceback
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from types import TracebackType
 from typing import TextIO
 
 from exporter import __version__
 from exporter.logs import setup_logging
+from exporter.redaction import redact, remember
 from exporter.settings import (
     CONFIG_FILE_ENV,
     DSN_ENV,
@@ -28,7 +33,7 @@ from exporter.settings import (
     Settings,
     check_config_file,
     load_settings,
-    redact_dsn,
+    source_secrets,
 )
 from exporter.settings.flags import (
     DEMO,
@@ -82,6 +87,27 @@ def settings_from_namespace(namespace: argparse.Namespace, environ: Mapping[str,
     return replace(settings, queues=queues)
 
 
+def _source_secrets(args: Sequence[str], environ: Mapping[str, str]) -> set[str]:
+    """The passwords of the raw sources: PGPASSWORD, and those of the DSN variables and of
+    every argument (a flag's value after its '=')."""
+    values = [arg.partition("=")[2] if arg.startswith("--") else arg for arg in args]
+    values += [environ.get(DSN_ENV) or "", environ.get(DSN_FALLBACK_ENV) or ""]
+    return source_secrets(environ, values)
+
+
+def print_traceback(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
+    """What an exception nobody caught prints, through the redactor like every other text."""
+    sys.stderr.write(redact("".join(traceback.format_exception(kind, value, tb))))
+    sys.stderr.flush()
+
+
+def _thread_traceback(args: threading.ExceptHookArgs) -> None:
+    if args.exc_value is not None:
+        print_traceback(args.exc_type, args.exc_value, args.exc_traceback)
+
+
 def systemd_sockets(environ: Mapping[str, str]) -> tuple[int, ...]:
     """The listening descriptors systemd passed to this process (sd_listen_fds), if any."""
     # LISTEN_PID names the process the sockets are for, so a child that inherited the
@@ -94,49 +120,42 @@ def systemd_sockets(environ: Mapping[str, str]) -> tuple[int, ...]:
 
 def _write(stream: TextIO, text: str) -> None:
     # Redact again here: a message must never carry a password, whatever produced it.
-    stream.write(redact_dsn(text) + "\n")
+    stream.write(redact(text) + "\n")
     stream.flush()
 
 
+def _prefixed(path: str, line: str) -> str:
+    """A line of --config.check's output, named by the file (once: a message about the file
+    itself names it already)."""
+    return line if line.startswith(f"{path}:") else f"{path}: {line}"
+
+
 def _check_config(path: str, namespace: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """--config.check: the file on its own, then as the start reads it (the environment and
+    flags over it), then every check of the start and its first collection (exporter/preflight)."""
+    from exporter.preflight import check_config
+
     try:
         check_config_file(path)
-        # Then as the start reads it (the environment and flags over the file), so a DSN from
-        # any of them lets the catalog judge the table mappings as the start would.
         settings = settings_from_namespace(
             argparse.Namespace(**{**vars(namespace), "config_file": path}), environ
         )
-        verdict = _catalog_verdict(settings)
     except ConfigError as exc:
-        lines = str(exc).splitlines()
-        _write(sys.stderr, "\n".join(f"{path}: {line}" for line in lines))
+        _write(sys.stderr, "\n".join(_prefixed(path, line) for line in str(exc).splitlines()))
         return EXIT_FAILED
-    _write(sys.stdout, f"{path}: {verdict}")
+    setup_logging(settings.log.level, settings.log.format, settings.secrets)
+    if not any(queue.database.dsn for queue in settings.queues):
+        why = "no DSN in the file, environment or flags to check the queues against"
+        _write(sys.stdout, f"{path}: OK (the file only: {why})")
+        return EXIT_OK
+    report = check_config(settings)
+    if report.findings():
+        _write(sys.stdout, "\n".join(_prefixed(path, line) for line in report.findings()))
+    if report.refused():
+        _write(sys.stderr, "\n".join(_prefixed(path, line) for line in report.refused()))
+        return EXIT_FAILED
+    _write(sys.stdout, f"{path}: {report.verdict()}")
     return EXIT_OK
-
-
-def _catalog_verdict(settings: Settings) -> str:
-    """What --config.check could prove of the table mappings: the start's catalog check, run
-    on every queue with a DSN (ConfigError with the start's messages when one does not fit)."""
-    from exporter.db.catalog import check_tables
-
-    checked = [q for q in _mapped(settings) if q.database.dsn]
-    if not checked:
-        why = "no DSN in the file, environment or flags to check the table mappings against"
-        if settings.queues and not _mapped(settings):
-            why = "a preset's tables are checked by its first collection"
-        return f"OK (the file only: {why})"
-    import asyncio
-
-    unchecked = {u.queue: u.why for u in asyncio.run(check_tables(checked))}
-    parts = [
-        f"queue {q.name}: table {q.mapping.name} NOT checked, the database cannot be reached "
-        f"({unchecked[q.name]})"
-        if q.name in unchecked
-        else f"queue {q.name}: table {q.mapping.name} fits its database"
-        for q in checked
-    ]
-    return ("OK as a file only; " if unchecked else "OK; ") + "; ".join(parts)
 
 
 def _render_rules(
@@ -159,13 +178,6 @@ def _render_rules(
         _write(sys.stderr, f"{PROG}: --output: cannot write {output}: {exc.strerror or exc}")
         return EXIT_FAILED
     return EXIT_OK
-
-
-def _mapped(settings: Settings) -> list[QueueSettings]:
-    """The queues that name their own table by a mapping (the catalog check's)."""
-    from exporter.profiles import profile_of
-
-    return [queue for queue in settings.queues if profile_of(queue).maps_table]
 
 
 def _table(queue: QueueSettings) -> str:
@@ -206,35 +218,31 @@ def _print_indexes(settings: Settings) -> int:
     return EXIT_OK
 
 
-def _checked_tables(settings: Settings) -> Settings:
-    """The settings, once every reachable database's catalog agrees with its queue's table
-    mapping (ConfigError otherwise: at start-up the exporter exits, on a reload the running
-    configuration stays); a database that is down is checked at its first collection."""
-    import asyncio
-
-    from exporter.db.catalog import check_tables
-
-    for unchecked in asyncio.run(check_tables(_mapped(settings))):
-        logging.getLogger(__name__).warning(
-            "table mapping not checked now: the database cannot be reached; the first "
-            "collection checks it",
-            extra={"fields": {"queue": unchecked.queue, "err": unchecked.why}},
-        )
-    return settings
-
-
 def _healthcheck(namespace: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """Probe the running exporter; 0 or 1 only, as container health checks read them."""
-    from exporter.web.healthcheck import HealthcheckError, probe, process_arguments
+    """Probe the running exporter; 0 or 1 only, as container health checks read them. With
+    --pid, its flags are the process's, and relative paths in them (--config.file, the web
+    config) are read from its working directory, as the exporter reads them."""
+    from exporter.web.healthcheck import (
+        HealthcheckError,
+        probe,
+        process_arguments,
+        process_directory,
+    )
 
+    directory = os.getcwd()
     try:
         if namespace.pid is not None:
-            namespace = parse_command_line(process_arguments(namespace.pid))
-        settings = settings_from_namespace(namespace, environ)
+            arguments = process_arguments(namespace.pid)
+            remember(_source_secrets(arguments, environ))
+            directory = process_directory(namespace.pid)
+            namespace = parse_command_line(arguments)
+        with contextlib.chdir(directory):
+            settings = settings_from_namespace(namespace, environ)
+            remember(settings.secrets)
+            result = probe(settings.web)
     except (HealthcheckError, UsageError, ConfigError) as exc:
         _write(sys.stderr, f"{PROG} healthcheck: unhealthy: {exc}")
         return EXIT_FAILED
-    result = probe(settings.web)
     _write(sys.stdout if result.healthy else sys.stderr, result.message)
     return EXIT_OK if result.healthy else EXIT_FAILED
 
@@ -243,6 +251,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     """Parse the command line and environment, run the chosen command, return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     env: Mapping[str, str] = os.environ if environ is None else environ
+    if argv is None:  # the program itself, not a caller that owns its process
+        sys.excepthook, threading.excepthook = print_traceback, _thread_traceback
+    # Known before anything is parsed, so no message about a source can show one of them.
+    remember(_source_secrets(args_list, env))
     try:
         namespace = parse_command_line(args_list)
     except ParserExit as exc:
@@ -280,7 +292,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
         return EXIT_USAGE
 
-    setup_logging(settings.log.level, settings.log.format, settings.passwords)
+    setup_logging(settings.log.level, settings.log.format, settings.secrets)
     if command == RENDER_RULES:
         return _render_rules(settings, namespace.format, namespace.output, labels)
     if command == INDEXES:
@@ -308,7 +320,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     frozen_env = dict(env)
 
     def reload_settings() -> Settings:
-        return _checked_tables(settings_from_namespace(namespace, frozen_env))
+        from exporter.preflight import check_start
+
+        return check_start(settings_from_namespace(namespace, frozen_env), logical=False)
 
     try:
         if command == DEMO:
@@ -318,11 +332,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             # The demo's DSN exists only once its cluster runs, and the lines never show a DSN.
             log_start((demo_queue(settings, ""),))
             return run_demo(settings)
-        log_start(settings.queues)  # the start line first, then what the catalog check says
-        _checked_tables(settings)
-        from exporter.slot_commands import check_logical
+        from exporter.preflight import check_start
 
-        check_logical(settings)
+        log_start(settings.queues)  # the start line first, then what the checks say
+        check_start(settings)
     except ConfigError as exc:
         _write(sys.stderr, f"{PROG}: configuration error:\n{exc}")
         return EXIT_USAGE

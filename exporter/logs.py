@@ -11,9 +11,10 @@ renders, inside a queue's tasks, as (one line)::
 
 the keys and level names of the Go exporters (slog through prometheus/common's promslog), so one
 log pipeline parses both. ``queue`` comes from :func:`log_fields`, bound once where a queue's
-tasks are started, so every line those tasks write names their queue. Redaction runs on each
-value and again on the finished line, exception text included, so a DSN that slips into a
-message or a traceback is still masked.
+tasks are started, so every line those tasks write names their queue. Redaction (the process's
+redactor, exporter/redaction.py, which knows every configured secret) runs on each value and
+again on the finished line, exception text included, so a DSN that slips into a message or a
+traceback is still masked.
 """
 
 from __future__ import annotations
@@ -24,14 +25,12 @@ import datetime
 import json
 import logging
 import os
-import re
 import sys
 import types
-import urllib.parse
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TextIO
 
-from exporter.settings.secrets import redact_dsn, redact_dsn_userinfo
+from exporter.redaction import Redactor, current, remember
 
 # slog's level names; slog has no CRITICAL, and nothing here logs one.
 _LEVEL_NAMES = {
@@ -47,40 +46,10 @@ _LEVELS = {
     "warn": logging.WARNING,
     "error": logging.ERROR,
 }
-REDACTED = "***"
 # Fields every record written in this context carries (after msg, as slog's With() attrs).
 _CONTEXT_FIELDS: contextvars.ContextVar[Mapping[str, object]] = contextvars.ContextVar(
     "jobqueue_exporter_log_fields", default=types.MappingProxyType({})
 )
-_KV_IN_LINE_RE = re.compile(r"(?P<pre>password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^\s&\"\\]+)", re.I)
-
-
-class Redactor:
-    """Replaces known secrets (raw and percent-encoded) and DSN passwords in text."""
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        variants: set[str] = set()
-        for secret in secrets:
-            if secret:
-                # The DSN carries it percent-encoded; a JSON line carries it escaped.
-                encoded = urllib.parse.quote(secret, safe="")
-                escaped = json.dumps(secret, ensure_ascii=False)[1:-1]
-                variants.update({secret, encoded, escaped})
-        # Longest first, so a secret that contains another is replaced whole.
-        self._secrets = sorted(variants, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        """The text with every secret and every DSN password made ``***``."""
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        return redact_dsn(text)
-
-    def line(self, text: str) -> str:
-        """A second pass over a rendered line, whose values were already redacted one by one."""
-        for secret in self._secrets:
-            text = text.replace(secret, REDACTED)
-        # Stop at a quote or backslash so the pass cannot eat the line's own JSON/logfmt quoting.
-        return _KV_IN_LINE_RE.sub(r"\g<pre>***", redact_dsn_userinfo(text))
 
 
 def _timestamp(record: logging.LogRecord) -> str:
@@ -106,9 +75,15 @@ def _source(record: logging.LogRecord) -> str:
 class _StructuredFormatter(logging.Formatter):
     """Collects a record's fields in order; subclasses render them as one line."""
 
-    def __init__(self, redactor: Redactor) -> None:
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        """``redactor``: a fixed one (tests); None, the process's as it is at each record."""
         super().__init__()
-        self.redact = redactor
+        self._redactor = redactor
+
+    @property
+    def redact(self) -> Redactor:
+        """The redactor this line passes."""
+        return self._redactor if self._redactor is not None else current()
 
     def fields_of(self, record: logging.LogRecord) -> list[tuple[str, object]]:
         """time, level, source, msg, the context's fields, the record's, then exc (one string)."""
@@ -193,20 +168,17 @@ def parse_level(level: str) -> int:
         raise ValueError(f"unknown log level {level!r}") from None
 
 
-def make_formatter(fmt: str, secrets: Iterable[str]) -> logging.Formatter:
-    """A logfmt or JSON formatter that redacts the given secrets."""
-    redactor = Redactor(secrets)
+def make_formatter(fmt: str) -> logging.Formatter:
+    """A logfmt or JSON formatter that redacts through the process's redactor."""
     if fmt == "logfmt":
-        return LogfmtFormatter(redactor)
+        return LogfmtFormatter()
     if fmt == "json":
-        return JsonFormatter(redactor)
+        return JsonFormatter()
     raise ValueError(f"unknown log format {fmt!r}")
 
 
 class _ExporterHandler(logging.StreamHandler[TextIO]):
     """Marks the handler this module installed, so a second set-up replaces it."""
-
-    secrets: frozenset[str] = frozenset()
 
 
 def _installed() -> _ExporterHandler | None:
@@ -219,10 +191,11 @@ def _installed() -> _ExporterHandler | None:
 def setup_logging(
     level: str, fmt: str, secrets: Iterable[str], stream: TextIO | None = None
 ) -> None:
-    """Send all logging to stderr (or ``stream``) in logfmt or JSON, secrets redacted."""
+    """Send all logging to stderr (or ``stream``) in logfmt or JSON, the ``secrets`` and every
+    secret the process's redactor knows made ``***``."""
     handler = _ExporterHandler(stream if stream is not None else sys.stderr)
-    handler.secrets = frozenset(secrets)
-    handler.setFormatter(make_formatter(fmt, handler.secrets))
+    handler.setFormatter(make_formatter(fmt))
+    remember(secrets)
     root = logging.getLogger()
     for old in [h for h in root.handlers if isinstance(h, _ExporterHandler)]:
         root.removeHandler(old)
@@ -233,16 +206,17 @@ def setup_logging(
 def reconfigure_logging(level: str, fmt: str, secrets: Iterable[str]) -> bool:
     """Apply a reloaded level and format to the installed handler, on the same stream.
 
-    Secrets are added to those already known, never dropped: a line about the old settings may
-    still be on its way. False (and nothing changed) when :func:`setup_logging` never ran, as
-    when the service is embedded in another program that owns its logging.
+    Secrets are added to those the process's redactor knows, never dropped: a line about the
+    old settings may still be on its way. False (and nothing changed) when
+    :func:`setup_logging` never ran, as when the service is embedded in another program that
+    owns its logging.
     """
     handler = _installed()
     if handler is None:
         return False
-    formatter = make_formatter(fmt, handler.secrets | set(secrets))  # ValueError before any change
+    formatter = make_formatter(fmt)  # ValueError before any change
     level_number = parse_level(level)
-    handler.secrets |= set(secrets)
+    remember(secrets)
     handler.setFormatter(formatter)
     logging.getLogger().setLevel(level_number)
     return True

@@ -17,10 +17,10 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Protocol
 
 from exporter.board import Board
 from exporter.collection_log import CollectionLog
+from exporter.companions import Companion, Seat
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
 from exporter.model import (
@@ -29,14 +29,13 @@ from exporter.model import (
     HeldJobs,
     QueueStatus,
     QueueView,
-    SlotHealth,
     Snapshot,
     Standing,
-    StreamHealth,
     Tallies,
 )
 from exporter.model.exchange import CountingError, CountingMode
 from exporter.profiles import profile_of
+from exporter.redaction import redact
 from exporter.settings import QueueSettings
 from exporter.vocabulary import INTERNAL, TIMEOUT
 
@@ -48,35 +47,6 @@ BACKOFF_FIRST = 1.0
 # Share of collect.timeout a cycle may spend reading changes; the rest wait for the next cycle,
 # which starts at once while the cursor is behind (catch-up in bounded steps, never a cliff).
 READ_BUDGET_SHARE = 0.5
-
-
-class Seat(Protocol):
-    """The queue's election as its poller sees it (exporter/election.py)."""
-
-    async def guard(self) -> bool:
-        """Before each collection: False when another exporter collects the queue now."""
-        ...
-
-    def standing(self) -> Standing:
-        """Where this exporter stands now."""
-        ...
-
-
-class Companion(Protocol):
-    """What runs beside the poller of a queue counted from its change stream: the slot's
-    follower (exporter/db/slot_follower.py), fed before each cycle."""
-
-    async def feed(self, mode: CountingMode, rebaseline: Callable[[], CountingMode]) -> None:
-        """Hand the mode what committed since, after a lost slot to ``rebaseline()``'s."""
-        ...
-
-    def slot(self) -> SlotHealth | None:
-        """The slot as the server reported it at the last feed."""
-        ...
-
-    def stream_health(self) -> StreamHealth:
-        """The stream's own figures since start (restarts, confirmation waits cut short)."""
-        ...
 
 
 class Poller:
@@ -379,6 +349,7 @@ class Poller:
             self._log.missing_index(name, self.settings.index_command)
 
     def _failed(self, reason: str, message: str) -> None:
+        message = redact(message)  # stored for the status page and /readyz: redacted once, here
         health = self.health
         self._reason = reason
         if health.up or health.last_error != message:

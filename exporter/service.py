@@ -20,6 +20,7 @@ from exporter.board import Board
 from exporter.db import Connections
 from exporter.logs import reconfigure_logging
 from exporter.model import ConfigStatus
+from exporter.redaction import redact, remember
 from exporter.runtime import QueueRuntime
 from exporter.settings import (
     Change,
@@ -28,7 +29,6 @@ from exporter.settings import (
     ReloadPlan,
     Settings,
     plan_reload,
-    redact_dsn,
 )
 from exporter.web.server import WebServer
 from exporter.web.validate import WebConfigError
@@ -48,6 +48,7 @@ class Service:
         """``load`` re-reads the configuration's sources for a reload (None: no reload);
         ``sockets`` are the listening descriptors systemd passed (--web.systemd-socket)."""
         self.settings = settings
+        remember(settings.secrets)  # before any line or page can show one
         self._load = load
         self._reloading = asyncio.Lock()
         self._reload_tasks: set[asyncio.Task[str | None]] = set()
@@ -103,7 +104,7 @@ class Service:
         task.add_done_callback(self._reload_tasks.discard)
 
     def _reload_failed(self, error: str) -> str:
-        error = redact_dsn(error)
+        error = redact(error)
         log.error(
             "configuration reload failed; the running configuration stays",
             extra={"fields": {"err": error}},
@@ -118,7 +119,8 @@ class Service:
     async def _apply(
         self, settings: Settings, plan: ReloadPlan, fresh: dict[str, QueueRuntime]
     ) -> None:
-        reconfigure_logging(settings.log.level, settings.log.format, settings.passwords)
+        remember(settings.secrets)
+        reconfigure_logging(settings.log.level, settings.log.format, settings.secrets)
         current = {queue.name: queue for queue in self.queues}
         gone = [current[n] for n in (*plan.removed, *plan.names(Change.REPLACE))]
         await asyncio.gather(*(queue.stop() for queue in gone))

@@ -22,6 +22,7 @@ from exporter.db.slot_setup import (
 from exporter.db.stream_failure import psycopg2_modules
 from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
+from exporter.redaction import redact
 from exporter.settings import ConfigError, QueueSettings, Settings
 from exporter.settings.flags import LOGICAL_SETUP
 
@@ -51,7 +52,7 @@ def check_logical(settings: Settings) -> None:
     try:
         psycopg2_modules()
     except DatabaseError as exc:
-        raise ConfigError(f"collect.counting: {exc}") from None
+        raise ConfigError(str(exc)) from None  # it names collect.counting: logical already
     problems, unchecked = asyncio.run(check_all(settings, target_of))
     for queue, why in unchecked:
         log.warning(
@@ -87,7 +88,7 @@ def logical_command(command: str, settings: Settings) -> int:
         try:
             dropped = asyncio.run(drop_slot(queue))
         except DatabaseError as exc:
-            sys.stderr.write(f"queue {queue.name}: slot {slot} not dropped: {exc}\n")
+            sys.stderr.write(f"queue {queue.name}: slot {slot} not dropped: {redact(str(exc))}\n")
             failed = True
             continue
         done = "dropped" if dropped else "not found (nothing to drop)"

@@ -26,11 +26,13 @@ log = logging.getLogger(__name__)
 
 
 class DatabaseError(Exception):
-    """A collection failed; ``reason`` is the label of jobqueue_exporter_collection_errors_total."""
+    """A collection failed; ``reason`` is the label of jobqueue_exporter_collection_errors_total,
+    ``sqlstate`` the server's error code when the server answered with one."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, sqlstate: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.sqlstate = sqlstate
 
 
 async def connect(dsn: str, *args: Any, **kwargs: Any) -> Any:
@@ -147,6 +149,16 @@ class Database:
         names = set(row["names"])
         return [name for name in required if name not in names]
 
+    async def status_values(self, statement: str) -> list[str]:
+        """The status column's values in the planner's statistics, read by the profile's
+        ``statement`` (catalog rows only, never the table)."""
+        try:
+            async with self.session() as conn:
+                rows = await conn.fetch(statement)
+        except Exception as exc:
+            raise translate(exc) from None
+        return [str(row["value"]) for row in rows if row["value"] is not None]
+
     async def connections(self) -> int:
         """Connections the pool holds now (for tests and the footprint benchmark)."""
         if self._pool is None:
@@ -174,9 +186,17 @@ async def _end_session(conn: Any) -> None:
 
 
 def translate(exc: BaseException) -> DatabaseError:
-    """Map asyncpg and socket errors to a DatabaseError with a reason and a password-free text."""
+    """Map asyncpg and socket errors to a DatabaseError with a reason, a password-free text and
+    the server's SQLSTATE."""
     if isinstance(exc, DatabaseError):
         return exc
+    error = _translated(exc)
+    sqlstate = getattr(exc, "sqlstate", None)
+    error.sqlstate = sqlstate if isinstance(sqlstate, str) else None
+    return error
+
+
+def _translated(exc: BaseException) -> DatabaseError:
     if isinstance(exc, asyncpg.QueryCanceledError):
         return DatabaseError("timeout", f"statement timeout: {exc}")
     if isinstance(exc, asyncpg.LockNotAvailableError):

@@ -18,7 +18,7 @@ from exporter.settings.schema import (
     Settings,
     WebSettings,
 )
-from exporter.settings.secrets import dsn_password, redact_dsn, redact_dsn_userinfo
+from exporter.settings.secrets import dsn_password, dsn_secrets, source_secrets
 from exporter.settings.sources import (
     CONFIG_FILE_ENV,
     SETTINGS,
@@ -46,10 +46,10 @@ __all__ = [
     "WebSettings",
     "check_config_file",
     "dsn_password",
+    "dsn_secrets",
     "load_settings",
     "parse_duration",
     "parse_listen_address",
     "plan_reload",
-    "redact_dsn",
-    "redact_dsn_userinfo",
+    "source_secrets",
 ]

@@ -32,6 +32,9 @@ class Spec:
     flag: str | None = None  # when the Go exporters spell it otherwise than the key
     env: str | None = None  # likewise for the environment variable
     secret: bool = False  # never echoed, not even its type
+    # Says which queue an entry of a queues: list is (its DSN, table, slot): the entry's own
+    # value wins over a flag or environment variable, which only fills in where it names none.
+    per_queue: bool = False
     # The command whose --help lists the flag (None: every command that takes its section);
     # the others take it unlisted, which keeps the main --help short.
     listed_in: str | None = None

@@ -49,6 +49,10 @@ COMMAND_SECTIONS = {
     LOGICAL_SETUP: ("database", "collect", "queue", "log"),
     LOGICAL_DROP: ("database", "collect", "queue", "log"),
 }
+# The settings a command reads, where it takes more flags than it reads: its --help lists
+# only these. The health check takes every flag of run (so the exporter's own command line can
+# be handed to it) and reads only where the exporter listens.
+HELP_ONLY = {HEALTHCHECK: ("web.listen_address", "web.config_file", "web.systemd_socket")}
 RULE_FORMATS = ("rules", "prometheusrule")
 
 _METAVARS = {
@@ -94,7 +98,8 @@ _DESCRIPTION = {
     INDEXES: "Print the CREATE INDEX CONCURRENTLY statements each queue's table mapping needs.",
     HEALTHCHECK: "Ask the running exporter's /healthz where the same flags, environment and\n"
     "web config make it listen (HTTPS with TLS; no credentials, /healthz needs none).\n"
-    "Exit 0 when it answers 200, 1 otherwise.",
+    "Exit 0 when it answers 200, 1 otherwise. Every flag of run is taken, so the\n"
+    "exporter's own command line can be given; the ones listed are those it reads.",
     LOGICAL_SETUP: "Print, per queue counted with collect.counting: logical, the SQL a DBA\n"
     "runs (replica identity, publication, role) and the server settings to check\n"
     "(docs/logical.md).",
@@ -205,7 +210,8 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
             type=int,
             metavar="N",
             help="Take the flags from the command line of process N, the running exporter "
-            "(in its container: 1). Default: the flags given here.",
+            "(in its container: 1), and read its relative paths from N's working directory. "
+            "Default: the flags given here.",
         )
     else:
         parser.add_argument(
@@ -220,7 +226,9 @@ def build_parser(command: str = RUN) -> argparse.ArgumentParser:
         if group is None:
             group = groups[setting.section] = parser.add_argument_group(setting.section)
         options: dict[str, object] = {"dest": setting.key, "default": argparse.SUPPRESS}
-        listed = setting.spec.listed_in in (None, command)
+        listed = setting.spec.listed_in in (None, command) and setting.key in HELP_ONLY.get(
+            command, (setting.key,)
+        )
         if setting.kind is Kind.BOOLEAN:
             options["action"] = argparse.BooleanOptionalAction
         else:

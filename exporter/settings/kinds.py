@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable
 
-from exporter.settings.secrets import redact_dsn
+from exporter.redaction import redact
 from exporter.vocabulary import OTHER
 
 
@@ -60,7 +60,7 @@ _PG_INT_MIN, _PG_INT_MAX = -(2**31), 2**31 - 1
 def show(value: object) -> str:
     """A short repr of a value for an error message, any DSN password in it redacted."""
     # Redact before cutting: a cut could separate the password from the '@' that marks it.
-    text = redact_dsn(repr(value))
+    text = redact(repr(value))
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from exporter.redaction import Redactor
 from exporter.settings.alert_thresholds import AlertSettings
 from exporter.settings.declaration import setting
 from exporter.settings.kinds import Kind, parse_listen_address
-from exporter.settings.secrets import dsn_password, redact_dsn
+from exporter.settings.secrets import dsn_password, dsn_secrets
 from exporter.settings.table import TableMapping
 from exporter.vocabulary import DEFAULT_PROFILE, PROFILE_ALIASES, PROFILES, PROJECT
 
@@ -104,14 +105,15 @@ class DatabaseSettings:
         optional=True,
         secret=True,
         env=DSN_ENV,
+        per_queue=True,
     )
     password_file: str | None = setting(
         Kind.FILE, None, "File holding the database password (trailing newline stripped).",
-        optional=True,
+        optional=True, per_queue=True,
     )  # fmt: skip
     table: str = setting(
         Kind.TABLE, "job", "Table of the queue, optionally schema-qualified (the short form "
-        "of a table: mapping, which also renames columns).",
+        "of a table: mapping, which also renames columns).", per_queue=True,
     )  # fmt: skip
     max_connections: int = setting(
         Kind.INTEGER, 2, "Connections the exporter may hold to this database (1-10), the "
@@ -127,7 +129,7 @@ class DatabaseSettings:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "dsn" and value is not None:
-                value = redact_dsn(value)
+                value = Redactor(self.secrets)(value)
             parts.append(f"{f.name}={value!r}")
         return f"DatabaseSettings({', '.join(parts)})"
 
@@ -135,6 +137,12 @@ class DatabaseSettings:
     def password(self) -> str | None:
         """The password inside the DSN (decoded), for the log redactor; None when there is none."""
         return dsn_password(self.dsn) if self.dsn is not None else None
+
+    @property
+    def secrets(self) -> frozenset[str]:
+        """Every password the DSN carries (a password file's is in it by now), for the
+        redactor."""
+        return frozenset(dsn_secrets(self.dsn)) if self.dsn is not None else frozenset()
 
 
 @dataclass(frozen=True)
@@ -229,10 +237,12 @@ class CollectSettings:
     logical_slot: str | None = setting(
         Kind.STRING, None, "Replication slot of counting: logical (null: jobqueue_ and the "
         "queue name).", optional=True, check=slot_name, listed_in="logical-setup",
+        per_queue=True,
     )  # fmt: skip
     logical_publication: str | None = setting(
         Kind.STRING, None, "Publication of the queue's table for counting: logical (null: the "
         "slot's name).", optional=True, check=slot_name, listed_in="logical-setup",
+        per_queue=True,
     )  # fmt: skip
     logical_allow_unbounded_wal: bool = setting(
         Kind.BOOLEAN, False, "Start counting: logical although max_slot_wal_keep_size is -1: a "
@@ -264,12 +274,12 @@ class QueueOptions:
     name: str | None = setting(
         Kind.NAME, None, "The queue label (null: the preset's own name, else the DSN's "
         "database name).",
-        optional=True,
+        optional=True, per_queue=True,
     )  # fmt: skip
     profile: str = setting(
         Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue reads (docs/presets.md).",
         choices=PROFILES,
-        aliases=PROFILE_ALIASES,
+        aliases=PROFILE_ALIASES, per_queue=True,
     )  # fmt: skip
 
 
@@ -341,16 +351,12 @@ class Settings:
             f"Settings(queues={self.queues!r}, web={self.web!r}, log={self.log!r}, "
             f"alerts={self.alerts!r})"
         )
-        for queue in self.queues:
-            password = queue.database.password
-            if password:
-                text = text.replace(password, "***")
-        return redact_dsn(text)
+        return Redactor(self.secrets)(text)
 
     @property
-    def passwords(self) -> list[str]:
-        """Every database password, for the log redactor."""
-        return [q.database.password for q in self.queues if q.database.password]
+    def secrets(self) -> frozenset[str]:
+        """Every password of every queue's DSN, for the redactor (exporter/redaction.py)."""
+        return frozenset(s for queue in self.queues for s in queue.database.secrets)
 
 
 # The sections one queue is made of, and those of the process.

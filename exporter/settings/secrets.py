@@ -1,34 +1,74 @@
-"""Secrets in settings: DSN passwords found, injected from a file, and redacted from any text.
+"""Secrets in settings: DSNs parsed strictly, their passwords found and injected from a file.
 
-Every message the settings produce goes through :func:`redact_dsn`, so a DSN pasted into the
-wrong setting, a YAML error that quotes a line, or ``repr(settings)`` never shows a password.
+:func:`check_dsn` refuses a DSN that does not have the shape
+``scheme://[user[:password]@]host[:port][/db][?params]``, naming the part that is wrong and never
+echoing any of it; :func:`dsn_secrets` finds every password a DSN carries, in a malformed one
+too, for the redactor (exporter/redaction.py) that every message leaving the process passes.
 """
 
 from __future__ import annotations
 
 import re
 import urllib.parse
+from collections.abc import Iterable, Mapping
 
-# scheme://user:password@ -- the password may hold unencoded '@', so take up to the last '@'
-# before the host part begins (a '/' or whitespace).
-_URL_USERINFO_RE = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):(?P<pw>[^\s/]*)@")
-_KV_PASSWORD_RE = re.compile(
-    r"(?P<pre>password\s*=\s*)(?P<pw>'(?:[^'\\]|\\.)*'?|[^\s&]+)", re.IGNORECASE
+from exporter.redaction import mask_patterns
+
+SCHEMES = ("postgres", "postgresql")
+# The query parameters asyncpg reads a password from: the login's, and the TLS key's.
+SECRET_PARAMETERS = ("password", "sslpassword")
+# libpq's variable, which asyncpg reads when the DSN has no password.
+PASSWORD_ENV = "PGPASSWORD"
+ENCODE_HINT = (
+    "percent-encode '@', '/', '?', '#', '[', ']' and '%' in a user name or password "
+    "(%40, %2F, %3F, %23, %5B, %5D, %25)"
 )
+# scheme, any slashes, user ':' password '@': a userinfo wherever a mistyped DSN put it.
+_LOOSE_USERINFO_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/*[^:/@]*:(?P<pw>.*)@")
+_KV_PASSWORD_RE = re.compile(
+    r"\b(?:ssl)?password\s*=\s*(?:'(?P<quoted>(?:[^'\\]|\\.)*)'?|(?P<bare>[^\s&]+))", re.IGNORECASE
+)
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class SecretError(ValueError):
     """A DSN or password file is unusable; the message never contains the secret."""
 
 
-def redact_dsn(text: str) -> str:
-    """The text with every URL userinfo password and ``password=...`` made ``***``."""
-    return _KV_PASSWORD_RE.sub(r"\g<pre>***", redact_dsn_userinfo(text))
+def dsn_secrets(dsn: str) -> set[str]:
+    """Every password the DSN carries, as written and decoded: the userinfo's, a ``password``
+    or ``sslpassword`` parameter's, a ``password=`` of a key=value string; found in a malformed
+    DSN too (a missing slash, an unencoded '@'), so the redactor knows them whatever the shape."""
+    found: set[str] = set()
+    loose = _LOOSE_USERINFO_RE.match(dsn)
+    if loose is not None:
+        # Up to the last '@' (the pattern is greedy): a password with an unencoded '@' whole,
+        # never a piece of it short enough to mask unrelated text.
+        found.add(loose["pw"])
+    for match in _KV_PASSWORD_RE.finditer(dsn):
+        value = match["quoted"] if match["quoted"] is not None else match["bare"]
+        found.update({value, value.replace("\\'", "'")})
+    try:
+        split = urllib.parse.urlsplit(dsn)
+        userinfo, at, _ = split.netloc.rpartition("@")
+        if at and ":" in userinfo:
+            found.add(userinfo.partition(":")[2])
+        for name, value in urllib.parse.parse_qsl(split.query, keep_blank_values=False):
+            if name in SECRET_PARAMETERS:
+                found.add(value)
+    except ValueError:
+        pass
+    decoded = {urllib.parse.unquote(s) for s in found}
+    return {s for s in found | decoded if s}
 
 
-def redact_dsn_userinfo(text: str) -> str:
-    """The text with the password of every ``scheme://user:password@`` made ``***``."""
-    return _URL_USERINFO_RE.sub(r"\g<pre>:***@", text)
+def source_secrets(environ: Mapping[str, str], values: Iterable[str]) -> set[str]:
+    """The secrets of the raw sources, before any is parsed: ``PGPASSWORD``, and the passwords
+    of the DSN-shaped ``values`` (the DSN variables and flags as given)."""
+    found = {environ[PASSWORD_ENV]} if environ.get(PASSWORD_ENV) else set()
+    for value in values:
+        found |= dsn_secrets(value)
+    return found
 
 
 def dsn_password(dsn: str) -> str | None:
@@ -68,7 +108,7 @@ def dsn_without_password(dsn: str) -> str:
     try:
         split = urllib.parse.urlsplit(dsn)
     except ValueError:
-        return redact_dsn(dsn)
+        return mask_patterns(dsn)
     userinfo, at, hostinfo = split.netloc.rpartition("@")
     netloc = f"{userinfo.partition(':')[0]}@{hostinfo}" if at else split.netloc
     query = urllib.parse.urlencode(
@@ -128,20 +168,64 @@ def _check_hosts(hostlist: str, where: str) -> None:
             )
 
 
-def check_dsn(dsn: str) -> None:
-    """Raise SecretError (never echoing the DSN) unless asyncpg can connect with it as given:
-    a postgres URL with numeric ports and a known sslmode."""
-    try:
-        split = urllib.parse.urlsplit(dsn)
-        query = urllib.parse.parse_qs(split.query, strict_parsing=True) if split.query else {}
-    except ValueError:
-        raise SecretError("is not a valid URL") from None
-    if split.scheme not in ("postgres", "postgresql"):
+def _check_shape(dsn: str) -> urllib.parse.SplitResult:
+    """The DSN split as a URL of the shape ``scheme://[user[:password]@]host[:port][/db][?params]``;
+    SecretError naming the part that breaks it. A mistyped DSN would otherwise be read as
+    something else (after one slash, all of it as a database name), and a server's message
+    naming that database would carry the password."""
+    if _CONTROL_RE.search(dsn):
+        raise SecretError("holds a control character (a newline or tab copied along with it?)")
+    if dsn != dsn.strip():
+        raise SecretError("begins or ends with a space")
+    scheme, colon, rest = dsn.partition(":")
+    if not colon or scheme.lower() not in SCHEMES:
         # asyncpg takes URLs only, so key=value DSNs are refused here rather than at connect.
         raise SecretError(
             "expected a URL such as postgresql://user@host:5432/dbname "
-            "(postgres:// or postgresql://; key=value DSNs are not supported)"
+            "(postgres:// or postgresql://; key=value DSNs such as host=... dbname=... are not "
+            "supported: write them as a URL)"
         )
+    if not rest.startswith("//"):
+        raise SecretError(
+            "the scheme must be followed by '//' (postgresql://user@host:5432/dbname); without "
+            "it the rest would be read as a database name"
+        )
+    try:
+        split = urllib.parse.urlsplit(dsn)
+    except ValueError:  # a '[' or ']' outside an IPv6 address
+        raise SecretError(f"the host part is not valid; {ENCODE_HINT}") from None
+    if "#" in dsn:
+        raise SecretError(f"holds a '#', which would end the URL; {ENCODE_HINT}")
+    if "@" in split.query and "@" not in split.netloc:
+        raise SecretError(
+            f"the parameters after '?' hold an '@' while the host part has none: a '?' in the "
+            f"password ends the host part early; {ENCODE_HINT} (in ?user= too)"
+        )
+    database = split.path[1:]
+    if "@" in database:
+        raise SecretError(
+            f"the database name holds an '@': a '/' or '?' in the password ends the host part "
+            f"early; {ENCODE_HINT}"
+        )
+    if "/" in database:
+        raise SecretError(
+            f"the database name holds a '/': one slash too many, or a '/' in the password; "
+            f"{ENCODE_HINT}"
+        )
+    return split
+
+
+def check_dsn(dsn: str) -> None:
+    """Raise SecretError (never echoing any of the DSN) unless asyncpg reads it as the user
+    meant it: a postgres URL of the strict shape, numeric ports, a known sslmode."""
+    split = _check_shape(dsn)
+    try:
+        query = urllib.parse.parse_qs(split.query, strict_parsing=True) if split.query else {}
+    except ValueError:
+        hint = f"; {ENCODE_HINT}" if "@" in split.query else ""
+        raise SecretError(
+            f"the parameters after '?' are not name=value pairs joined by '&'{hint}"
+        ) from None
     hostlist = split.netloc.partition("@")[2] if "@" in split.netloc else split.netloc
     if hostlist:
         _check_hosts(hostlist, "")

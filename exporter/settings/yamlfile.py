@@ -14,8 +14,9 @@ from typing import Any
 
 import yaml
 
+from exporter.redaction import redact
 from exporter.settings.kinds import show
-from exporter.settings.secrets import SecretError, read_text_file, redact_dsn
+from exporter.settings.secrets import SecretError, read_text_file
 
 
 class ConfigError(Exception):
@@ -97,9 +98,9 @@ def read_document(path: str) -> Document:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
         problem = " ".join(part for part in (exc.context, exc.problem) if part)
         what = "" if isinstance(exc, yaml.constructor.ConstructorError) else "YAML syntax error: "
-        raise ConfigError(f"{where}: {what}{redact_dsn(problem)}") from None
+        raise ConfigError(f"{where}: {what}{redact(problem)}") from None
     except (yaml.YAMLError, RecursionError, ValueError, OverflowError) as exc:
-        raise ConfigError(f"{path}: YAML error: {redact_dsn(str(exc))[:200]}") from None
+        raise ConfigError(f"{path}: YAML error: {redact(str(exc))[:200]}") from None
     if data is None:
         return Document(path, {})
     if not isinstance(data, dict):

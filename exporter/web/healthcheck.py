@@ -4,7 +4,8 @@ The probe reads the same settings as the server (listen address, web-config file
 its first listen address over HTTPS when the web config has TLS. /healthz never needs
 credentials (basic auth exempts it), so the probe holds none and can print none. A container
 health check gets the image's environment but not the arguments given to the container, so
-:func:`process_arguments` reads them from the exporter's process.
+:func:`process_arguments` reads them from the exporter's process, and
+:func:`process_directory` where it runs, since it reads relative paths from there.
 """
 
 from __future__ import annotations
@@ -113,6 +114,16 @@ def probe(web: WebSettings, timeout: float = TIMEOUT_SECONDS) -> ProbeResult:
     if status != 200:
         return ProbeResult(False, f"unhealthy: {url} answered {status}")
     return ProbeResult(True, f"healthy: {url} answered 200")
+
+
+def process_directory(pid: int, proc: Path = Path("/proc")) -> str:
+    """The working directory of process ``pid``, against which it reads its relative paths."""
+    try:
+        return os.readlink(proc / str(pid) / "cwd")
+    except OSError as exc:
+        raise HealthcheckError(
+            f"cannot read the working directory of process {pid}: {exc.strerror or exc}"
+        ) from None
 
 
 def process_arguments(pid: int, proc: Path = Path("/proc")) -> list[str]:

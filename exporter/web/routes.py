@@ -3,17 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
 from exporter.board import Board
 from exporter.metrics import CONTENT_TYPE
-from exporter.settings import redact_dsn
+from exporter.redaction import redact
 from exporter.web.encoding import IDENTITY, choose_encoding
 from exporter.web.exposition import Exposition
 from exporter.web.middleware import HEALTHY_PATHS, READY_PATHS, RELOAD_METHODS, RELOAD_PATH
 from exporter.web.status import StatusPage, status_page
+
+
+def not_ready(readiness: Iterable[tuple[str, str | None]]) -> str | None:
+    """The /readyz body for the queues not ready and why (redacted); None when all are."""
+    lines = [f"queue {queue}: not ready: {why}\n" for queue, why in readiness if why is not None]
+    return redact("".join(lines)) if lines else None
 
 
 def add_routes(
@@ -41,11 +47,10 @@ def add_routes(
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        waiting = [(queue, why) for queue, why in board.readiness() if why is not None]
-        if not waiting:
+        waiting = not_ready(board.readiness())
+        if waiting is None:
             return web.Response(text="ready\n")
-        lines = "".join(f"queue {queue}: not ready: {redact_dsn(why)}\n" for queue, why in waiting)
-        return web.Response(status=503, text=lines)
+        return web.Response(status=503, text=waiting)
 
     started = time.monotonic()
 
@@ -70,7 +75,7 @@ def add_routes(
             return web.Response(status=403, text="Lifecycle API is not enabled.\n")
         error = await reload_config()
         if error is not None:
-            return web.Response(status=500, text=f"failed to reload config: {error}\n")
+            return web.Response(status=500, text=f"failed to reload config: {redact(error)}\n")
         return web.Response(text="configuration reloaded\n")
 
     app.router.add_route("*", RELOAD_PATH, reload)

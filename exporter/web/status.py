@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from exporter import __version__
 from exporter.model import ConfigStatus, QueueStatus, QueueView
-from exporter.settings import redact_dsn
+from exporter.redaction import redact
 from exporter.vocabulary import DOCS_URL, PROJECT
 from exporter.web.middleware import HEALTHY_PATHS, READY_PATHS
 
@@ -51,8 +51,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}td.s{white-space:nowrap}
 
 
 def _text(message: str) -> str:
-    """An error message as the page shows it: any DSN password masked, then escaped."""
-    return html.escape(redact_dsn(message))
+    """An error message as the page shows it: redacted (exporter/redaction.py), then escaped."""
+    return html.escape(redact(message))
 
 
 def _ago(now: float, then: float | None) -> str:

@@ -21,8 +21,7 @@ DSN_WITH_PASSWORD = f"postgresql://app:{PASSWORD}@db.example:5432/queue"
 GOOD = "collect:\n  interval: 5s\n  job_types: {1: send_email}\n"
 BAD = "collect:\n  intervall: 5s\n  timeout: soon\n"
 FILE_ONLY = (
-    "OK (the file only: no DSN in the file, environment or flags to check the table mappings "
-    "against)"
+    "OK (the file only: no DSN in the file, environment or flags to check the queues against)"
 )
 
 
@@ -229,7 +228,8 @@ def test_a_misspelled_flag_exits_2_in_two_lines_with_a_suggestion() -> None:
     [
         (f"postgresql://u:{PASSWORD}@127.0.0.1:notaport/db", "the port is not a number"),
         (f"postgresql://u:{PASSWORD}@127.0.0.1/db?sslmode=on", "sslmode must be one of"),
-        (f"postgresql://u:{PASSWORD}@[::1/db", "is not a valid URL"),
+        (f"postgresql://u:{PASSWORD}@[::1/db", "the host part is not valid"),
+        (f"postgresql:/u:{PASSWORD}@127.0.0.1:55433/app", "the scheme must be followed by '//'"),
     ],
 )
 @pytest.mark.parametrize("source", ["flag", "environment"])

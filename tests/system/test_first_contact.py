@@ -61,7 +61,7 @@ async def test_config_check_with_a_live_database_refuses_what_the_start_refuses(
     good.write_text(MAPPING_YAML.replace("postgresql://app@db.invalid/app", db_dsn))
     checked = program("--config.check", str(good))
     assert (checked.returncode, checked.stdout) == (
-        0, f"{good}: OK; queue tasks: table app.tasks fits its database\n",
+        0, f"{good}: queue tasks: table app.tasks fits its database\n{good}: OK\n",
     )  # fmt: skip
     wrong = tmp_path / "wrong.yml"
     assert old in good.read_text(), mistake
@@ -85,15 +85,15 @@ def test_config_check_takes_the_dsn_from_the_environment_and_says_when_it_cannot
     alone = program("--config.check", str(path))
     assert alone.stdout == (
         f"{path}: OK (the file only: no DSN in the file, environment or flags to check the "
-        "table mappings against)\n"
+        "queues against)\n"
     )
     empty = program("--config.check", str(path), env={"DATABASE_URL": db_dsn})
     assert empty.returncode == 0  # db_dsn holds the reference job table
-    assert empty.stdout.endswith(": table job fits its database\n")
+    assert empty.stdout.endswith(f": table job fits its database\n{path}: OK\n")
     down = f"postgresql://app:{PASSWORD}@127.0.0.1:1/orders"
     unreachable = program("--config.check", str(path), "--database.dsn", down)
     assert unreachable.returncode == 0  # the start would not refuse it either
-    assert "table job NOT checked, the database cannot be reached (connection failed:" in (
+    assert "queue orders: NOT checked: the database cannot be reached (connection failed:" in (
         unreachable.stdout
     )
     assert PASSWORD not in unreachable.stdout + unreachable.stderr

@@ -90,14 +90,18 @@ def start(db_dsn: str, tmp_path: Path) -> Iterator[Any]:
     """Start exporters on the test's database; stop them all at the end."""
     started: list[Exporter] = []
 
-    def run(*extra: str) -> tuple[Exporter, int]:
-        port = free_port()
-        flags = [f"--web.listen-address=127.0.0.1:{port}", *extra]
+    def run(*extra: str, cwd: Path = ROOT, port: int | None = None) -> tuple[Exporter, int]:
+        """``port``: given by the caller's own flags or file (None: a flag here names one)."""
+        flags = list(extra)
+        if port is None:
+            port = free_port()
+            flags.insert(0, f"--web.listen-address=127.0.0.1:{port}")
         log = tmp_path / f"exporter-{len(started)}.log"
         with log.open("wb") as out:
             popen = subprocess.Popen(
                 [sys.executable, "-m", "exporter", *flags],
-                cwd=ROOT, env={**os.environ, "JOBQUEUE_EXPORTER_DSN": db_dsn},
+                cwd=cwd, env={**os.environ, "JOBQUEUE_EXPORTER_DSN": db_dsn,
+                              "PYTHONPATH": str(ROOT)},
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         exporter = Exporter(popen, flags, log)
@@ -143,6 +147,21 @@ def test_healthcheck_follows_the_listen_address_flag_and_the_processes_own_flags
     missing = healthcheck(f"--pid={exporter.popen.pid}")
     assert missing.returncode == 1
     assert "cannot read the command line" in missing.stderr
+
+
+@pytest.mark.daemon
+def test_healthcheck_by_pid_reads_the_exporters_relative_paths_from_its_working_directory(
+    start: Any, tmp_path: Path
+) -> None:
+    home = tmp_path / "exporter-home"
+    home.mkdir()
+    port = free_port()
+    (home / "config.yml").write_text(f"web:\n  listen_address: ['127.0.0.1:{port}']\n")
+    exporter, _ = start("--config.file", "config.yml", cwd=home, port=port)
+    assert not (ROOT / "config.yml").exists()  # the health check's own directory has none
+    by_pid = healthcheck(f"--pid={exporter.popen.pid}")
+    assert by_pid.returncode == 0, by_pid.stderr
+    assert by_pid.stdout == f"healthy: http://127.0.0.1:{port}/healthz answered 200\n"
 
 
 def test_healthcheck_speaks_tls_past_basic_auth_and_prints_no_secret(

@@ -11,6 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from exporter.redaction import mask_patterns
 from exporter.settings import (
     SETTINGS,
     ConfigError,
@@ -20,7 +21,6 @@ from exporter.settings import (
     load_settings,
     parse_duration,
     parse_listen_address,
-    redact_dsn,
 )
 from exporter.settings.reference import reference_tables
 
@@ -499,8 +499,8 @@ def test_password_never_in_config_error_or_repr(tmp_path: Path) -> None:
         ("PASSWORD=secret", "PASSWORD=***"),
     ],
 )
-def test_redact_dsn_hides_passwords_in_url_and_key_value_form(dsn: str, redacted: str) -> None:
-    assert redact_dsn(dsn) == redacted
+def test_dsn_shaped_passwords_are_masked_in_url_and_key_value_form(dsn: str, redacted: str) -> None:
+    assert mask_patterns(dsn) == redacted
 
 
 # --- Smaller parsers ----------------------------------------------------------------------------
@@ -583,11 +583,44 @@ def test_entries_inherit_the_top_level_dsn_password_file_and_flags(tmp_path: Pat
         "queues:\n  - name: mail\n    database: {table: mail.job}\n"
         "  - name: crawl\n    database: {table: crawl.job}\n    collect: {timeout: 30s}\n",
     )
-    mail, crawl = load_settings(path, {}, {"--collect.timeout": "20s"}).queues
+    mail, crawl = load_settings(path, {}, {"--collect.interval": "1s"}).queues
     assert mail.database.dsn == crawl.database.dsn == "postgresql://app:pw@h/shared"
     assert (mail.database.table, crawl.database.table) == ("mail.job", "crawl.job")
-    # The flag sets the top level; an entry that names the setting overrides it.
-    assert (mail.collect.timeout, crawl.collect.timeout) == (20.0, 30.0)
+    assert (mail.collect.interval, crawl.collect.interval) == (1.0, 1.0)
+    assert (mail.collect.timeout, crawl.collect.timeout) == (10.0, 30.0)
+
+
+def test_a_flag_or_variable_is_above_every_entry_but_an_entry_says_which_queue_it_is(
+    tmp_path: Path,
+) -> None:
+    path = write(
+        tmp_path,
+        "collect:\n  interval: 30s\n"
+        "queues:\n"
+        "  - name: mail\n    collect: {interval: 5s, timeout: 30s}\n"
+        "  - name: crawl\n    database: {dsn: 'postgresql://u@crawl-db/crawl', table: c.job}\n"
+        "    collect: {logical_slot: crawl_slot}\n",
+    )
+    environ = {"JOBQUEUE_EXPORTER_DSN": "postgresql://u@shared/app"}
+    flags = {
+        "--collect.interval": "1s",
+        "--database.table": "shared.job",
+        "--collect.logical-slot": "flag_slot",
+    }
+    mail, crawl = load_settings(path, environ, flags).queues
+    # The case: the interval a flag gives is every queue's, the entry's 5s included.
+    assert (mail.collect.interval, crawl.collect.interval) == (1.0, 1.0)
+    assert (mail.collect.timeout, crawl.collect.timeout) == (30.0, 10.0)
+    # Which queue an entry is stays the entry's own; the flag fills in where it names none.
+    assert (mail.database.dsn, crawl.database.dsn) == (
+        "postgresql://u@shared/app", "postgresql://u@crawl-db/crawl",
+    )  # fmt: skip
+    assert (mail.database.table, crawl.database.table) == ("shared.job", "c.job")
+    assert (mail.collect.logical_slot, crawl.collect.logical_slot) == ("flag_slot", "crawl_slot")
+    from_environment = load_settings(path, {"JOBQUEUE_EXPORTER_COLLECT_INTERVAL": "2s"}, {})
+    assert [q.collect.interval for q in from_environment.queues] == [2.0, 2.0]
+    from_file = load_settings(path, {}, {})
+    assert [q.collect.interval for q in from_file.queues] == [5.0, 30.0]
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,12 @@ from exporter.settings import SETTINGS, ConfigError, QueueSettings, load_setting
 from exporter.settings.flags import (
     COMMAND_SECTIONS,
     COMMANDS,
+    HEALTHCHECK,
     RENDER_RULES,
     RUN,
     build_parser,
     option_strings,
+    parse_command_line,
     split_command,
 )
 from exporter.settings.reference import default_text
@@ -101,6 +103,51 @@ def test_render_rules_help_lists_the_rule_flags_and_no_runtime_flag(
     for hidden in ("--database.", "--collect.", "--web.", "--queue."):
         assert hidden not in text
     assert "One of: rules, prometheusrule. Default: rules." in " ".join(blocks["--format"].split())
+
+
+def test_healthcheck_help_lists_only_the_flags_it_reads_yet_it_takes_every_flag_of_run(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = _help(HEALTHCHECK, capsys)
+    listed = {flag for flag in _flag_blocks(text) if flag.startswith("--")}
+    reads = {"--web.listen-address", "--web.config.file", "--web.systemd-socket"}
+    own = {"--help", "--version", "--config.file", "--pid", "--no-web.systemd-socket"}
+    assert listed == reads | own  # only where the exporter listens: what the probe asks
+    assert len(text.splitlines()) < 40  # was 143 lines of collection flags
+    parsed = parse_command_line([HEALTHCHECK, "--collect.interval=1s", "--web.listen-address=:9"])
+    assert parsed.command == HEALTHCHECK  # the exporter's own command line is still taken
+
+
+def test_a_mistake_is_prefixed_by_the_file_and_the_key_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nonexist.yml")
+    assert main(["--config.check", missing], {}) == 1
+    assert capsys.readouterr().err == f"{missing}: cannot read: No such file or directory\n"
+    broken = tmp_path / "broken.yml"
+    broken.write_text("collect: [\n", encoding="utf-8")
+    assert main(["--config.check", str(broken)], {}) == 1
+    assert capsys.readouterr().err.startswith(f"{broken}:2:1: YAML syntax error: ")
+
+
+def test_the_logical_modes_missing_extra_is_named_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from exporter import slot_commands
+    from exporter.db import DatabaseError
+    from exporter.db.stream_failure import EXTRA_HINT
+
+    def missing() -> None:
+        raise DatabaseError("schema", EXTRA_HINT)
+
+    monkeypatch.setattr(slot_commands, "psycopg2_modules", missing)
+    settings = load_settings(
+        None, {"JOBQUEUE_EXPORTER_DSN": "postgresql://u@h/app"}, {"--collect.counting": "logical"}
+    )
+    with pytest.raises(ConfigError) as raised:
+        slot_commands.check_logical(settings)
+    assert str(raised.value) == EXTRA_HINT
+    assert str(raised.value).count("collect.counting:") == 1
 
 
 def _flag_blocks(text: str) -> dict[str, str]:
@@ -196,8 +243,20 @@ BAD_DSNS = [
     (f"postgresql://u:{PASSWORD}@h1:5432,h2:x/db", "the port of host 2 is not a number"),
     (f"postgresql://u:{PASSWORD}@h/db?port=5432x", "port 1 of ?port= is not a number"),
     (f"postgresql://u:{PASSWORD}@h/db?sslmode=requir", "sslmode must be one of disable, allow"),
-    (f"postgresql://u:{PASSWORD}@h/db?sslmode", "is not a valid URL"),
-    (f"postgresql://u:{PASSWORD}@[::1/db", "is not a valid URL"),
+    (f"postgresql://u:{PASSWORD}@h/db?sslmode", "are not name=value pairs joined by '&'"),
+    (f"postgresql://u:{PASSWORD}@[::1/db", "the host part is not valid; percent-encode"),
+    # The shapes asyncpg would read otherwise than meant, the password in a database name.
+    (f"postgresql:/u:{PASSWORD}@127.0.0.1:55433/app", "the scheme must be followed by '//'"),
+    (f"postgresql:u:{PASSWORD}@h/app", "the scheme must be followed by '//'"),
+    (f"postgresql:///u:{PASSWORD}@h/app", "the database name holds an '@'"),
+    (f"postgresql://u:{PASSWORD}@h//app", "the database name holds a '/'"),
+    (f"postgresql://u:a/{PASSWORD}@h/app", "a '/' or '?' in the password ends the host part"),
+    (f"postgresql://u:a?{PASSWORD}@h/app", "hold an '@' while the host part has none"),
+    (f"postgresql://u:9?x={PASSWORD}@h/app", "hold an '@' while the host part has none"),
+    (f"postgresql://u:a#{PASSWORD}@h/app", "holds a '#'"),
+    (f"host=h user=u password={PASSWORD} dbname=app", "key=value DSNs such as host="),
+    (f"postgresql://u:{PASSWORD}@h/app\n", "holds a control character"),
+    (f" postgresql://u:{PASSWORD}@h/app", "begins or ends with a space"),
     (f"postgresql://u:{PASSWORD}@[::1]x/db", "is not a valid [IPv6] address"),
     (f"postgresql://u:hun@{PASSWORD}@h/db", "write '@' in a password as %40"),
     (f"postgresql://u:{PASSWORD}@h1,,h2/db", "host 2 is empty"),
@@ -328,7 +387,8 @@ def test_the_err_check_finds_an_error_key() -> None:
 
 
 def test_the_logger_writes_err_as_given() -> None:
-    from exporter.logs import LogfmtFormatter, Redactor
+    from exporter.logs import LogfmtFormatter
+    from exporter.redaction import Redactor
 
     record = logging.LogRecord("exporter", logging.WARNING, "x.py", 1, "failed", None, None)
     record.fields = {"err": "boom"}

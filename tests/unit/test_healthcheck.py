@@ -14,6 +14,7 @@ from exporter.web.healthcheck import (
     probe,
     probe_address,
     process_arguments,
+    process_directory,
 )
 from exporter.web.middleware import HEALTHY_PATHS
 
@@ -77,3 +78,13 @@ def test_a_systemd_socket_cannot_be_probed() -> None:
     result = probe(WebSettings(systemd_socket=True))
     assert not result.healthy
     assert "systemd" in result.message
+
+
+def test_the_relative_paths_are_read_from_the_exporters_working_directory(tmp_path: Path) -> None:
+    home = tmp_path / "exporter-home"
+    home.mkdir()
+    write_cmdline(tmp_path, 7, "jobqueue-exporter", "--config.file", "config.yml")
+    (tmp_path / "7" / "cwd").symlink_to(home)
+    assert process_directory(7, tmp_path) == str(home)
+    with pytest.raises(HealthcheckError, match="cannot read the working directory of process 8"):
+        process_directory(8, tmp_path)
