@@ -22,7 +22,7 @@ import aiohttp
 import asyncpg
 
 from bench import logical
-from bench.processes import Process, wait_ready
+from bench.processes import ROOT, Process, wait_ready
 from bench.throughput import parse, start_exporter, total
 from exporter.demo.cluster import Cluster
 from exporter.demo.queue import prepare_database
@@ -63,7 +63,7 @@ async def run(cluster: Cluster, rows: int) -> None:
     dsn = cluster.dsn("backfill")
     await prepare_database(dsn)
     logical.setup_logical(cluster, "backfill", dsn)
-    exporter, port = start_exporter(dsn, "15s", logical.ROOT, ("--collect.counting=logical",))
+    exporter, port = start_exporter(dsn, "15s", ROOT, ("--collect.counting=logical",))
     try:
         await wait_ready(port, exporter)
         await logical.wait_streaming(dsn)
