@@ -28,6 +28,7 @@ from exporter.db.pgoutput import (
     Truncate,
     Unchanged,
     Value,
+    begin_lsn,
     begin_of,
     commit_of,
     decode,
@@ -81,12 +82,25 @@ class Outlet:
         self._items: list[Batch | Gap] = []
         self._batch: Batch | None = None
 
-    def fold(self, fold: ChangeFold, changes: list[RowChange], at: float, end: int) -> None:
-        """Fold one committed transaction's changes into the open batch."""
+    def fold(
+        self, fold: ChangeFold, changes: list[RowChange], at: float, end: int, quiet: int = 0
+    ) -> None:
+        """Fold one committed transaction's changes into the open batch (``quiet``: its changes
+        that count nothing, read all the same)."""
         with self._lock:
             batch = self._open(fold)
+            tally = batch.tally
             for change in changes:
-                fold.count(change, at, batch.tally)
+                fold.count(change, at, tally)
+            tally.changes += quiet
+            batch.position, batch.commits = end, batch.commits + 1
+
+    def advance(self, fold: ChangeFold, read: int, end: int) -> None:
+        """One committed transaction whose changes all count nothing (claims, heartbeats): read,
+        and a position the slot may be confirmed at, but no row to fold."""
+        with self._lock:
+            batch = self._open(fold)
+            batch.tally.changes += read
             batch.position, batch.commits = end, batch.commits + 1
 
     def absorb(self, fold: ChangeFold, tally: ChangeTally, end: int) -> None:
@@ -133,8 +147,10 @@ class TransactionFolder:
         self._layouts: dict[int, _Layout] = {}  # relations of the table only
         self._open = False
         self._skipping = False
-        self._commit_time = 0.0
+        self._begin = b""  # the open transaction's Begin, read for its commit time when needed
+        self._at: float | None = None  # that commit time, once read
         self._changes: list[RowChange] = []
+        self._quiet = 0  # changes of the open transaction that count nothing
         self._spilled: ChangeTally | None = None
 
     @property
@@ -151,21 +167,28 @@ class TransactionFolder:
                 self._change(kind, data, layout)
             return False
         if kind == _BEGIN:
-            lsn, self._commit_time = begin_of(data)
-            self._open, self._changes, self._spilled = True, [], None
             # Begin's final LSN is where its commit record starts; a commit folded before
             # ended after that: this is the same transaction, sent again.
-            self._skipping = lsn < self.skip_below
+            self._skipping = begin_lsn(data) < self.skip_below
+            self._open, self._begin, self._changes, self._quiet = True, data, [], 0
+            self._spilled = self._at = None
             return False
         if kind == _COMMIT:
             end = commit_of(data)
-            if not self._skipping and (self._changes or self._spilled is not None):
-                if self._spilled is not None:
-                    for change in self._changes:
-                        self.fold.count(change, self._commit_time, self._spilled)
-                    self.outlet.absorb(self.fold, self._spilled, end)
-                else:
-                    self.outlet.fold(self.fold, self._changes, self._commit_time, end)
+            if self._skipping:
+                pass
+            elif self._spilled is not None:
+                spilled = self._spilled
+                spilled.changes += self._quiet
+                for change in self._changes:
+                    self.fold.count(change, self._commit_time(), spilled)
+                self.outlet.absorb(self.fold, spilled, end)
+                self.delivered = self.skip_below = end
+            elif self._changes:
+                self.outlet.fold(self.fold, self._changes, self._commit_time(), end, self._quiet)
+                self.delivered = self.skip_below = end
+            elif self._quiet:
+                self.outlet.advance(self.fold, self._quiet, end)
                 self.delivered = self.skip_below = end
             self._open, self._changes, self._spilled = False, [], None
             return True
@@ -236,7 +259,7 @@ class TransactionFolder:
             and not isinstance(after, Unchanged)
             and self.fold.quiet(before, after)
         ):
-            self._add(_QUIET)  # read (rows_read counts it), nothing else
+            self._quiet += 1  # read (rows_read counts it), nothing else
             return
         new, end = read_row(data, new_at, layout.names)
         _done(data, end)
@@ -249,20 +272,22 @@ class TransactionFolder:
                     new[column] = whole.get(column, UNCHANGED)
         self._add(RowChange(UPDATE, old=None if old is None else _text(old), new=_text(new)))
 
+    def _commit_time(self) -> float:
+        if self._at is None:
+            self._at = begin_of(self._begin)[1]
+        return self._at
+
     def _add(self, change: RowChange) -> None:
         if self._spilled is not None:
-            self.fold.count(change, self._commit_time, self._spilled)
+            self.fold.count(change, self._commit_time(), self._spilled)
             return
         self._changes.append(change)
         if len(self._changes) > SPILL:
             self._spilled = self.fold.tally()
+            at = self._commit_time()
             for kept in self._changes:
-                self.fold.count(kept, self._commit_time, self._spilled)
+                self.fold.count(kept, at, self._spilled)
             self._changes = []
-
-
-# An update that counts nothing: folded as a change read, with rows the rules ignore.
-_QUIET = RowChange(UPDATE)
 
 
 def _text(row: dict[str, Value]) -> dict[str, str | None]:

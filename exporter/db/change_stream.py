@@ -118,6 +118,7 @@ class ChangeStream:
     def __init__(self, options: StreamOptions) -> None:
         self.options = options
         self._run: StreamRun | None = None
+        self.runs = 0  # runs started: tells one run from the next
         # A stopped run whose thread did not end in time: no run starts while it lives.
         self._lingering: StreamRun | None = None
         # Written by the event loop, read by the thread (an int assignment is atomic).
@@ -158,6 +159,7 @@ class ChangeStream:
             raise DatabaseError(STREAM, "the previous stream thread has not ended yet")
         self._lingering = None
         run = self._run = StreamRun()
+        self.runs += 1
         # The thread's log lines carry the queue's fields, as the event loop's do.
         context = contextvars.copy_context()
         run.thread = threading.Thread(

@@ -292,6 +292,7 @@ _DECODERS: Final[dict[bytes, Callable[[_Reader], Message]]] = {
 _BEGIN: Final = struct.Struct(">QqI")  # final LSN, commit time (µs since 2000), xid
 _COMMIT: Final = struct.Struct(">BQQq")  # flags, commit LSN, end LSN, commit time
 _OID: Final = struct.Struct(">I")
+_LSN: Final = struct.Struct(">Q")
 _COUNT: Final = struct.Struct(">h")
 # A value's length, read unsigned: a negative one (never sent) then runs past the message's end,
 # which the checks below catch, instead of walking backwards.
@@ -304,6 +305,13 @@ def begin_of(data: bytes) -> tuple[int, float]:
         raise PgoutputError(f"a Begin of {len(data)} bytes, not {1 + _BEGIN.size}")
     lsn, micros, _ = _BEGIN.unpack_from(data, 1)
     return int(lsn), POSTGRES_EPOCH + micros / 1_000_000
+
+
+def begin_lsn(data: bytes) -> int:
+    """A Begin's final LSN alone: whether the transaction was counted before."""
+    if len(data) != 1 + _BEGIN.size:
+        raise PgoutputError(f"a Begin of {len(data)} bytes, not {1 + _BEGIN.size}")
+    return int(_LSN.unpack_from(data, 1)[0])
 
 
 def commit_of(data: bytes) -> int:

@@ -81,6 +81,7 @@ class Follower:
         self.restarts: Counter[str] = Counter()  # runs that ended on an error, by reason
         self.confirm_timeouts = 0  # responses that left before their position was sent
         self._reported: StreamFailure | None = None  # the last failure said at WARNING
+        self._run_seen = 0  # the run found reading at the last feed
         # Responses waiting until the stream has sent their position: (position, future).
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -105,7 +106,9 @@ class Follower:
             self.confirmation.counted(self.position, now)
             stream.confirm(self.confirmation.position(now), self.gaps)
             if ended is None and stream.running:
-                self._reported = None  # read since the last feed: a failure now is news
+                if stream.runs == self._run_seen:
+                    self._reported = None  # one run read a whole interval: a failure is news
+                self._run_seen = stream.runs
             elif ended is not None:
                 self._ended(ended.failure)
             if not stream.running:

@@ -120,6 +120,7 @@ class ScriptedStream:
         self.confirmed_lsn = 0
         self.sends = True  # False: a stream that never gets its feedback out
         self.running = True
+        self.runs = 1
         self.lingering = False
         self.options = OPTIONS
         self.on_feedback: Any = None

@@ -230,6 +230,7 @@ class FailingStream:
         self._ended = Ended
         self.options = OPTIONS
         self.running = False
+        self.runs = 0
         self.lingering = False
         self.on_feedback: Any = None
         self.gaps = 0
@@ -249,6 +250,7 @@ class FailingStream:
 
     def start(self, fold: Any, skip_below: int) -> None:
         self.starts.append(skip_below)
+        self.runs += 1
 
     def confirm(self, lsn: int, gaps: int = 0) -> None:
         pass
@@ -292,6 +294,16 @@ async def test_a_failed_run_is_counted_said_once_started_again_and_fails_the_col
     assert follower.stream_health().restarts == {"in_use": 3}
     warnings = [json.loads(x) for x in lines.getvalue().splitlines()]
     assert [(w["level"], w["reason"]) for w in warnings] == [("WARN", "in_use")]  # said once
+    # The slot is free again: a run reads across two feeds (a whole interval), then the same
+    # failure comes back, and is news again.
+    stream.running = True
+    await follower.feed(mode, Mode)
+    await follower.feed(mode, Mode)
+    stream.running = False
+    with pytest.raises(DatabaseError):
+        await follower.feed(mode, Mode)
+    warnings = [json.loads(x) for x in lines.getvalue().splitlines()]
+    assert [w["level"] for w in warnings] == ["WARN", "WARN"]
 
 
 def test_the_loop_confirms_nothing_counted_until_allowed_then_follows_the_server() -> None:
