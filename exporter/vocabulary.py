@@ -75,10 +75,20 @@ REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
-PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker")
+PRESET_PROFILES = (
+    "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker",
+    "good-job",
+)  # fmt: skip
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
-PROFILE_ALIASES = (("pg-boss", "pgboss"), ("graphile_worker", "graphile-worker"))
+PROFILE_ALIASES = (
+    ("pg-boss", "pgboss"), ("graphile_worker", "graphile-worker"),
+    ("good_job", "good-job"),
+)  # fmt: skip
+# The queue label of a preset's queue whose entry names none (else: the DSN's database name).
+PRESET_QUEUE_NAMES = {
+    "good-job": "good_job",
+}
 
 # The project's documentation, linked from the status page.
 DOCS_URL = "https://github.com/jobqueue-exporter/jobqueue-exporter/tree/main/docs"

@@ -2,15 +2,24 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban, graphile-worker; ``PRESETS`` has their readers, capabilities and
-retention). See docs/presets.md for the interface, the proofs, and "Adding a preset".
+pg-boss, django-tasks, Oban, graphile-worker, GoodJob; ``PRESETS`` has their readers,
+capabilities and retention). See docs/presets.md for the interface, the proofs, and "Adding a
+preset".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
+from exporter.profiles import (
+    django_tasks,
+    good_job,
+    graphile_worker,
+    oban,
+    pgboss,
+    pgqueuer,
+    procrastinate,
+)
 from exporter.profiles.base import Preset, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -91,6 +100,15 @@ PRESETS: dict[str, Preset] = {
                 "graphile_worker_exporter_dead_idx",
             ),
             logical=graphile_worker.LOGICAL,
+        ),
+        Preset(
+            name="good-job",
+            library="good_job (Rails)",
+            versions=">=4.0,<5 (preserve_job_records on)",
+            make_reader=good_job.GoodJobReader,
+            capabilities=good_job.CAPABILITIES,
+            retention=good_job.RETENTION,
+            table=good_job.TABLE,
         ),
     )
 }

@@ -34,7 +34,7 @@ from exporter.settings.secrets import (
 )
 from exporter.settings.table import TableMapping, parse_mapping
 from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
-from exporter.vocabulary import DEFAULT_PROFILE
+from exporter.vocabulary import DEFAULT_PROFILE, PRESET_QUEUE_NAMES
 
 CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
 QUEUES_KEY = "queues"
@@ -198,7 +198,7 @@ def _queue(
     database: DatabaseSettings = _section(DatabaseSettings, "database", values)
     collect: CollectSettings = _section(CollectSettings, "collect", values)
     name = values.get("queue.name")
-    profile = values.get("queue.profile", DEFAULT_PROFILE)
+    profile = str(values.get("queue.profile", DEFAULT_PROFILE))
     before = len(errors)
     if database.password_file is not None:
         try:
@@ -223,7 +223,8 @@ def _queue(
             f"at least 2 are needed (or set collect.leader_election: false){where}"
         )
     if not isinstance(name, str):
-        name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
+        name = PRESET_QUEUE_NAMES.get(profile) or dsn_database(database.dsn or "")
+        name = name or DEFAULT_QUEUE_NAME  # a preset's own name beats the DSN's database
     if table is not None and profile != DEFAULT_PROFILE and table.named:
         errors.append(
             f"{table.origin}: a table mapping is for the default profile; the {profile} preset "
@@ -231,7 +232,6 @@ def _queue(
         )
     if len(errors) > before:
         return None
-    assert isinstance(profile, str)
     mapping = table if table is not None else TableMapping(name=database.table)
     return QueueSettings(
         name=name, database=database, collect=collect, profile=profile, table=mapping
