@@ -104,7 +104,7 @@ PRESETS: dict[str, Preset] = {
         Preset(
             name="good-job",
             library="good_job (Rails)",
-            versions=">=4.0,<5 (preserve_job_records on)",
+            versions="4.x, migrated up to 4.19.2 (preserve_job_records on)",
             make_reader=good_job.GoodJobReader,
             capabilities=good_job.CAPABILITIES,
             retention=good_job.RETENTION,

@@ -33,13 +33,14 @@ from tests.system.presets.good_job_client import (
 from tests.system.presets.processes import Worker, said, wait_for
 
 STUCK_AFTER = 2.0  # the exporter's heartbeat_timeout in this workload (GoodJob's is 5 min)
-# cleanup_preserved_jobs_before_seconds_ago (14 days by default): jobs finished by the host 3 s
-# behind are deleted 3 s (six intervals) after their end, while the reader still follows them.
-OLDER_THAN = 6.0
+# cleanup_preserved_jobs_before_seconds_ago (14 days by default): jobs finished by the host 2 s
+# behind are deleted 6 s (twelve intervals) after their end, while the reader still follows them.
+OLDER_THAN = 8.0
+CLEANED = 20  # the run's own jobs the cleanup deletes before the workload ends
 OLD = Clock(-86400.0)  # the history ran a day ago: the first cleanup deletes it
 # Two worker hosts behind and ahead of the database (one behind runs only jobs due that long
 # ago: the one ahead takes the fresh ones), beside one on time.
-SKEWED = (Clock(-3.0), Clock(5.0))
+SKEWED = (Clock(-2.0), Clock(5.0))
 DEAD_OUTCOMES = ("unhandled", "discard", "retry_stopped")
 
 
@@ -178,6 +179,7 @@ async def run_workload(
             async with processes(dsn, log, [(Clock(), True, ["fragile"], 1)]):
                 await producer
                 await wait_for(lambda: _quiet(dsn), "the workload to drain", 90)
+            await wait_for(lambda: _cleaned(log), "the cleanup of the run's jobs", 60)
             cleaner.cancel()
             await asyncio.gather(cleaner, return_exceptions=True)
     finally:
@@ -229,6 +231,12 @@ async def _clean(dsn: str, log: Log) -> None:
             await asyncio.sleep(1.0)
     finally:
         await conn.close()
+
+
+async def _cleaned(log: Log) -> bool:
+    entries = log.since_mark()
+    made = {e.job_id for e in entries if e.kind == "enqueued"}
+    return len(made & {e.job_id for e in entries if e.kind == "cleaned"}) > CLEANED
 
 
 async def _scalar(dsn: str, sql: str, *args: Any) -> Any:

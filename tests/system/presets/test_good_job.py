@@ -76,7 +76,7 @@ async def test_counters_and_gauges_equal_the_harness_log(good_job_dsn: str) -> N
     assert counters["cancelled"] == {"ParkedJob": 1, "FragileJob": 1}
     assert counters["completed"]["RetryMeJob"] == 1
     cleaned = {e.job_id for e in log.since_mark() if e.kind == "cleaned"}
-    assert len(cleaned & {e.job_id for e in log.since_mark() if e.kind == "enqueued"}) > 20
+    assert len(cleaned & {e.job_id for e in log.since_mark() if e.kind == "enqueued"}) > h.CLEANED
     # ... and the exporter, polling all along, agrees with it exactly, per job class.
     assert poller.tallies.counters() == counters
     for job_class, (n, duration, wait) in histograms.items():
