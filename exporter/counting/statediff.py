@@ -194,8 +194,9 @@ class StateDiffReader(LedgerReader):
     # Whether the ids come from a sequence of CACHE 1: new jobs are then the ids above a settled
     # watermark (the horizon reads the largest id), and changes takes it as $3. Otherwise
     # (GoodJob's uuids) changes takes the previous snapshot ($3), says of each job whether it
-    # existed then (SnapshotChangeRow), and takes the ids that snapshot showed active ($4): an
-    # end stamped by a client's clock below the windows is then still found, and refused.
+    # existed then (SnapshotChangeRow), and takes the ids that snapshot showed active and this
+    # one does not (:meth:`bind`, $4): an end stamped by a client's clock below the windows is
+    # then still found, and refused.
     sequence_ids = True
 
     def start(self) -> None:
