@@ -262,8 +262,8 @@ class QueueOptions:
     """The ``queue:`` section: what the queue is called and whose tables it reads."""
 
     name: str | None = setting(
-        Kind.NAME, None, "Value of the queue label (null: the preset's own name, e.g. "
-        "good_job, else the database name from the DSN).",
+        Kind.NAME, None, "Value of the queue label (null: a preset's own name, else the DSN's "
+        "database name).",
         optional=True,
     )  # fmt: skip
     profile: str = setting(
