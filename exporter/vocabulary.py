@@ -92,17 +92,20 @@ DEFAULT_PROFILE = "default"
 PRESET_PROFILES = (
     "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker",
     "solid-queue", "solid-queue-unpreserved",
+    "good-job",
 )  # fmt: skip
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
 PROFILE_ALIASES = (
     ("pg-boss", "pgboss"), ("graphile_worker", "graphile-worker"),
     ("solid_queue", "solid-queue"),
+    ("good_job", "good-job"),
 )  # fmt: skip
 # The queue label of a preset's queue whose entry names none (else: the DSN's database name).
 PRESET_QUEUE_NAMES = {
     "solid-queue": "solid_queue",
     "solid-queue-unpreserved": "solid_queue",
+    "good-job": "good_job",
 }
 
 # The project's documentation, linked from the status page.

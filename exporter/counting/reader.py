@@ -84,10 +84,16 @@ class LedgerReader(ABC):
     def apply(self, results: Results) -> Reading:
         """Count the rows of one cycle (by query name) into the ledger; return the gauges."""
 
+    def bind(self, query: Query, results: Results) -> Query:
+        """A statement about to run, given the rows of those before it in the same snapshot
+        (none of a reader's arguments depend on them unless it says so here)."""
+        return query
+
     def cycle(self, horizon: Row) -> Cycle:
         """The reader's statements in order, then its reading as the queue's snapshot."""
         results: dict[str, list[Row]] = {}
         for query in self.queries(horizon):
+            query = self.bind(query, results)
             results[query.name] = list((yield query) or ())
         reading = self.apply(results)
         return Collected(

@@ -4,10 +4,8 @@ The formats are PostgreSQL's "Logical Replication Message Formats" (protocol cha
 what a publication of one table sends with ``proto_version 1`` is decoded: Begin, Commit,
 Origin, Relation, Type, Insert, Update, Delete and Truncate. A prepared transaction arrives as
 an ordinary Begin ... Commit at its COMMIT PREPARED while the slot's ``two_phase`` is off, which
-is the default. Column values arrive as the server's text output (UTF-8: the stream asks for
-that client encoding, and a byte sequence that is not UTF-8 is refused, never replaced);
-turning them into numbers and times is the caller's business, since only it knows which
-columns it reads.
+is the default. Values arrive as the server's text output (UTF-8: the stream asks for it, and
+anything else is refused, never replaced); turning them into numbers is the caller's business.
 
 Two ways in. :func:`decode` turns any message into a frozen value, for the rare ones (Relation,
 Truncate) and for tests. The replication thread reads the frequent ones, a transaction's Begin,
@@ -328,10 +326,8 @@ def relation_of(data: bytes) -> int:
     return int(_OID.unpack_from(data, 1)[0])
 
 
-# The replication thread reads every change of the table through these two, so they are written
-# for speed: the kinds as byte values ('t' 116, 'n' 110, 'u' 117), the struct bound once.
-
-
+# The replication thread reads every change through these two, written for speed: the kinds as
+# byte values ('t' 116, 'n' 110, 'u' 117), the struct bound once.
 def read_row(
     data: bytes,
     at: int,

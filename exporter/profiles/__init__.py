@@ -2,7 +2,7 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban, graphile-worker, Solid Queue; ``PRESETS`` has their readers,
+pg-boss, django-tasks, Oban, graphile-worker, Solid Queue, GoodJob; ``PRESETS`` has their readers,
 capabilities and retention). See docs/presets.md for the interface, the proofs, and "Adding a
 preset".
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from exporter.profiles import (
     django_tasks,
+    good_job,
     graphile_worker,
     oban,
     pgboss,
@@ -118,6 +119,15 @@ PRESETS: dict[str, Preset] = {
             capabilities=solid_queue.UNPRESERVED,
             retention=solid_queue.RETENTION,
             table=solid_queue.TABLE,
+        ),
+        Preset(
+            name="good-job",
+            library="good_job (Rails)",
+            versions="4.x, migrated up to 4.19.2 (preserve_job_records on)",
+            make_reader=good_job.GoodJobReader,
+            capabilities=good_job.CAPABILITIES,
+            retention=good_job.RETENTION,
+            table=good_job.TABLE,
         ),
     )
 }

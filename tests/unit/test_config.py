@@ -849,13 +849,22 @@ def test_the_profile_flag_and_environment_set_the_single_queue_profile() -> None
         load_settings(None, dsn, {"--queue.profile": "sidekiq"})
 
 
+def test_a_good_job_queue_is_labelled_good_job_unless_it_names_itself() -> None:
+    dsn = {"JOBQUEUE_EXPORTER_DSN": "postgresql://x@h/shop"}
+    spelled = load_settings(None, dsn, {"--queue.profile": "good_job"})  # the gem's spelling
+    assert (spelled.queues[0].profile, spelled.queues[0].name) == ("good-job", "good_job")
+    named = load_settings(None, dsn, {"--queue.profile": "good-job", "--queue.name": "rails"})
+    assert named.queues[0].name == "rails"
+    assert load_settings(None, dsn, {"--queue.profile": "oban"}).queues[0].name == "shop"
+
+
 def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
     guide = (DOCS.parent / "presets.md").read_text(encoding="utf-8")
     example = guide.split("```yaml\n", 1)[1].split("```", 1)[0]
     loaded = load_text(tmp_path, example)
     assert [q.profile for q in loaded.queues] == [
         "default", "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban",
-        "graphile-worker", "solid-queue",
+        "graphile-worker", "solid-queue", "good-job",
     ]  # fmt: skip
     media = next(q for q in loaded.queues if q.name == "media").collect
     assert (media.interval, media.heartbeat_timeout) == (15.0, 300.0)

@@ -287,6 +287,20 @@ async def exporter_collections(
     return out
 
 
+async def measure_alone(name: str, run: Callable[[str], Awaitable[Measurement]]) -> None:
+    """One preset's measurement in a throwaway cluster of its own, printed (``python -m``)."""
+    from exporter.demo.cluster import Cluster
+
+    cluster = Cluster()
+    cluster.start()
+    try:
+        dbname = f"explain_{name}_{uuid.uuid4().hex[:6]}"
+        cluster.create_database(dbname)
+        print(f"{ROWS:,} rows; {(await run(cluster.dsn(dbname))).report()}")
+    finally:
+        cluster.destroy()
+
+
 async def _main() -> None:
     from exporter.demo.cluster import Cluster
     from tests.system.presets import pgboss_harness, pgqueuer_harness, procrastinate_harness

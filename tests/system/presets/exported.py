@@ -134,6 +134,11 @@ class RecordedPoller:
         """What the latest collection left."""
         return self.exports[-1]
 
+    def stuck(self, job_type: str) -> float:
+        """The job type's stuck gauge after the latest collection (0 when it has no series)."""
+        gauges = self.last.gauges.get(job_type)
+        return gauges.stuck if gauges is not None else 0
+
     def _record(self) -> None:
         poller = self.poller
         errors = Counter(poller.health.errors)

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 
 from tests.system.presets.oban_client import Ack, ObanClient, error_entry
-from tests.system.presets.processes import Worker, wait_for
+from tests.system.presets.processes import Worker, said, wait_for
 
 QUEUES = ["default", "fragile"]  # "parked" is nobody's: its jobs stay for the gauges
 CANCEL_REASON = "cancelled by the job itself"
@@ -129,7 +129,7 @@ async def run_workload(
     doomed = Worker([sys.executable, "-m", "tests.system.presets.oban_worker", dsn, "fragile",
                      "10"], {}, "oban-doomed")  # fmt: skip
     try:
-        await wait_for(lambda: _said(doomed, "fetched 2"), "the doomed node's claim", 30)
+        await wait_for(lambda: said(doomed, "fetched 2"), "the doomed node's claim", 30)
         doomed.kill()
     finally:
         doomed.close()
@@ -154,11 +154,6 @@ async def run_workload(
         assert await oban.retry([ids["retry_me"]]) == 1
         await wait_for(lambda: _quiet(dsn), "the workload to drain", 60)
     return {ids["retry_me"]: 1}
-
-
-async def _said(worker: Worker, text: str) -> bool:
-    assert worker.alive(), worker.output()
-    return text in worker.output()
 
 
 async def _quiet(dsn: str) -> bool:

@@ -119,6 +119,12 @@ def shown_on_failure(workers: list[Worker]) -> Iterator[None]:
             worker.close()
 
 
+async def said(worker: Worker, text: str) -> bool:
+    """Whether a worker that must still run has printed ``text`` (a probe for wait_for)."""
+    assert worker.alive(), worker.output()
+    return text in worker.output()
+
+
 async def wait_for(
     probe: Callable[[], Any], what: str, within: float = 60.0, interval: float = 0.1
 ) -> Any:

@@ -1,7 +1,8 @@
 """The state-diff reader's row contract, checked against a preset's own statements on its schema.
 
 counting/statediff.py reads the columns :class:`~exporter.counting.statediff.ChangeRow` declares
-from every ``changes`` row, and ``active_ids`` from every ``gauges`` row. A preset's SQL keeps
+(:class:`~exporter.counting.statediff.SnapshotChangeRow` for a table whose ids come from no
+sequence) from every ``changes`` row, and ``active_ids`` from every ``gauges`` row. A preset's SQL keeps
 that contract; these checks prepare its statements on the library's real schema (nothing is run)
 and compare the columns they would return with the declaration.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from exporter.counting.statediff import CHANGE_COLUMNS, GAUGE_IDS, StateDiffReader
+from exporter.counting.statediff import GAUGE_IDS, StateDiffReader
 
 
 async def returned_columns(dsn: str, reader: StateDiffReader) -> dict[str, set[str]]:
@@ -29,7 +30,8 @@ async def returned_columns(dsn: str, reader: StateDiffReader) -> dict[str, set[s
 async def assert_keeps_the_contract(dsn: str, reader: StateDiffReader) -> None:
     """The reader's statements return every declared column (and ``changes`` no other)."""
     columns = await returned_columns(dsn, reader)
-    assert columns["changes"] == CHANGE_COLUMNS, (
-        f"changes returns {sorted(columns['changes'])}, the contract is {sorted(CHANGE_COLUMNS)}"
+    contract = reader.row_columns
+    assert columns["changes"] == contract, (
+        f"changes returns {sorted(columns['changes'])}, the contract is {sorted(contract)}"
     )
     assert GAUGE_IDS in columns["gauges"]

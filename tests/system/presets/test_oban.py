@@ -39,8 +39,8 @@ async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
         stuck_seen: list[float] = []
 
         async def while_stuck(n: int) -> None:
-            await poller.until(lambda: _stuck(poller, h.W + "Fragile") == n, within=20)
-            stuck_seen.append(_stuck(poller, h.W + "Fragile"))
+            await poller.until(lambda: poller.stuck(h.W + "Fragile") == n, within=20)
+            stuck_seen.append(poller.stuck(h.W + "Fragile"))
 
         async def until_forgotten(job_id: int) -> None:
             await poller.until(lambda: job_id not in poller.reader(ObanReader).known, within=20)
@@ -125,11 +125,6 @@ async def test_late_insert_and_late_completion_are_counted_once(oban_dsn: str) -
         await poller.cycles(5)
     assert tallies.counters()["enqueued"] == {"app.Later": 2, "app.Parked": 2}
     assert tallies.counters()["completed"] == {"app.Later": 1}
-
-
-def _stuck(poller: RecordedPoller, worker: str) -> float:
-    gauges = poller.last.gauges.get(worker)
-    return gauges.stuck if gauges is not None else 0
 
 
 async def test_per_cycle_queries_use_indexes_on_a_million_rows(oban_dsn: str) -> None:
