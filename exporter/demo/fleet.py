@@ -25,6 +25,9 @@ from exporter.demo.tally import Tally, cost_components, failure_reason, result_f
 
 log = logging.getLogger(__name__)
 
+# What a lost or refused connection raises; the fleet waits and tries again.
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
+
 # Results the exporter must not take at face value; missing_cost is absent, not malformed (a
 # worker that priced nothing), and its run time then comes from the row.
 MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
@@ -193,9 +196,32 @@ class Fleet(Hazards):
         while True:
             try:
                 await loop_body()
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            except DATABASE_ERRORS as exc:
                 self.errors += 1
                 log.warning("fleet: database error: %s", exc)
+                await asyncio.sleep(self.config.error_pause)
+
+    async def _while_leased(
+        self, lease_end: float, step: Callable[[JobQueue], Awaitable[Transition | None]]
+    ) -> Transition | None:
+        """Run one statement on a claimed job, retrying database errors until lease_end.
+
+        A real worker that loses the database keeps its job and tries again: a blip shorter
+        than the lease costs no attempt. Only once the lease would have run out is the job the
+        reaper's (lease_expired), and the error goes to :meth:`_guarded`.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with self._transaction() as queue:
+                    done = await step(queue)
+                self._record([done])
+                return done
+            except DATABASE_ERRORS as exc:
+                if loop.time() + self.config.error_pause >= lease_end:
+                    raise
+                self.errors += 1
+                log.warning("fleet: database error, retrying while the lease holds: %s", exc)
                 await asyncio.sleep(self.config.error_pause)
 
     # -- the simulated processes -------------------------------------------------------
@@ -231,10 +257,14 @@ class Fleet(Hazards):
     async def _worker(self, index: int) -> None:
         cfg = self.config
         generation = 0
+        loop = asyncio.get_running_loop()
 
         async def body() -> None:
             nonlocal generation
             worker_id = f"worker-{index}.{generation}"
+            # The lease runs from no earlier than the claim's statement: the worker's own
+            # estimate of its end is never past the database's.
+            lease_end = loop.time() + cfg.lease_seconds
             async with self._transaction() as queue:
                 job = await queue.claim(worker_id, cfg.lease_seconds, exclude=self._reserved)
                 self._record([job])
@@ -249,36 +279,43 @@ class Fleet(Hazards):
                 generation += 1  # the process died; its successor has a new id
                 return
             duration = self._rng.uniform(*cfg.duration)
-            if not await self._run(job, worker_id, duration):
+            renewed_to = await self._run(job, worker_id, duration, lease_end)
+            if renewed_to is None:
                 return
             fate -= cfg.p_worker_death
-            async with self._transaction() as queue:
-                if fate < cfg.p_deadline:
-                    done = await queue.fail(job.job_id, worker_id, DEADLINE_ERROR)
-                elif fate < cfg.p_deadline + cfg.p_error:
-                    done = await queue.fail(
-                        job.job_id, worker_id, self._rng.choice(ORDINARY_ERRORS)
-                    )
-                else:
-                    done = await queue.complete(job.job_id, worker_id, self._result(duration))
-                self._record([done])
+            job_id = job.job_id
+            if fate < cfg.p_deadline + cfg.p_error:
+                error = (
+                    DEADLINE_ERROR if fate < cfg.p_deadline else self._rng.choice(ORDINARY_ERRORS)
+                )
+                await self._while_leased(renewed_to, lambda q: q.fail(job_id, worker_id, error))
+            else:
+                result = self._result(duration)
+                await self._while_leased(
+                    renewed_to, lambda q: q.complete(job_id, worker_id, result)
+                )
 
         await self._guarded(body)
 
-    async def _run(self, job: Transition, worker_id: str, duration: float) -> bool:
-        """Simulate the work, renewing the lease; False when the job was taken away meanwhile."""
+    async def _run(
+        self, job: Transition, worker_id: str, duration: float, lease_end: float
+    ) -> float | None:
+        """Simulate the work, renewing the lease; the lease's end, or None if the job was lost."""
         loop = asyncio.get_running_loop()
+        lease = self.config.lease_seconds
         deadline = loop.time() + duration
-        every = self.config.lease_seconds / 3
+        every = lease / 3
         while (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(every, left))
             if deadline - loop.time() > 0:
-                async with self._transaction() as queue:
-                    renewed = await queue.renew(job.job_id, worker_id, self.config.lease_seconds)
-                    self._record([renewed])
+                asked = loop.time()
+                renewed = await self._while_leased(
+                    lease_end, lambda q: q.renew(job.job_id, worker_id, lease)
+                )
                 if renewed is None:
-                    return False
-        return True
+                    return None
+                lease_end = asked + lease
+        return lease_end
 
     def _result(self, duration: float) -> Any:
         """A completed job's result jsonb, sometimes malformed on purpose."""
