@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from exporter.demo.hazards import ORDINARY_ERRORS, Hazards
+from exporter.demo.payloads import job_result
 from exporter.demo.queue import DEADLINE_ERROR, JobQueue, Transition
 from exporter.demo.tally import Tally, cost_components, failure_reason, result_fields
 
@@ -27,10 +28,6 @@ log = logging.getLogger(__name__)
 
 # What a lost or refused connection raises; the fleet waits and tries again.
 DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
-
-# Results the exporter must not take at face value; missing_cost is absent, not malformed (a
-# worker that priced nothing), and its run time then comes from the row.
-MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
 
 # Label names the demo gives its job types (the job_types setting), so that its metrics,
 # dashboard and alerts read like a real deployment's rather than "1" to "5".
@@ -290,7 +287,7 @@ class Fleet(Hazards):
                 )
                 await self._while_leased(renewed_to, lambda q: q.fail(job_id, worker_id, error))
             else:
-                result = self._result(duration)
+                result = job_result(self._rng, duration, cfg.p_malformed)
                 await self._while_leased(
                     renewed_to, lambda q: q.complete(job_id, worker_id, result)
                 )
@@ -316,39 +313,6 @@ class Fleet(Hazards):
                     return None
                 lease_end = asked + lease
         return lease_end
-
-    def _result(self, duration: float) -> Any:
-        """A completed job's result jsonb, sometimes malformed on purpose."""
-        ai = round(self._rng.uniform(0.001, 0.05), 4)
-        proxy = round(self._rng.uniform(0.0, 0.01), 4)
-        other = round(self._rng.choice((0.0, self._rng.uniform(0.0, 0.005))), 4)
-        cost: dict[str, Any] = {
-            "ai_usd": ai,
-            "proxy_usd": proxy,
-            "total_usd": round(ai + proxy + other, 4),
-        }
-        metrics: dict[str, Any] = {"duration_ms": int(duration * 1000), "cost": cost}
-        result: dict[str, Any] = {
-            "outcome": self._rng.choice(("found", "found", "found", "not_found", "blocked")),
-            "lowest": {"price": self._rng.randint(1000, 99999)},
-            "metrics": metrics,
-        }
-        if self._rng.random() >= self.config.p_malformed:
-            return result
-        kind = self._rng.choice(MALFORMED_KINDS)
-        if kind == "missing_cost":
-            del metrics["cost"]
-        elif kind == "string_value":
-            cost["ai_usd"] = str(ai)
-        elif kind == "negative":
-            cost["proxy_usd"] = -proxy - 0.001
-        elif kind == "nan_string":
-            cost["total_usd"] = "NaN"
-        elif kind == "bool":
-            metrics["duration_ms"] = True
-        else:
-            return [result["outcome"], ai]
-        return result
 
     async def _reaper(self) -> None:
         async def body() -> None:
@@ -385,33 +349,3 @@ __all__ = [
     "failure_reason",
     "result_fields",
 ]
-
-
-async def run_fleet(dsn: str, config: FleetConfig) -> None:
-    """Drive the demo fleet against an existing queue database until SIGTERM or SIGINT."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    fleet = Fleet(dsn, config, Tally(detailed=False))
-    await fleet.start()
-    try:
-        await stop.wait()
-    finally:
-        await fleet.stop()
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m exporter.demo.fleet",
-        description="Run the simulated worker fleet against an existing queue database "
-        "(the compose stack's 'fleet' service).",
-    )
-    parser.add_argument("--dsn", required=True, help="postgresql:// URL of the queue's owner")
-    parser.add_argument("--rate", type=float, default=FleetConfig.enqueue_rate, help="jobs/s")
-    arguments = parser.parse_args()
-    asyncio.run(run_fleet(arguments.dsn, FleetConfig(enqueue_rate=arguments.rate)))
