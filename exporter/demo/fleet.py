@@ -287,7 +287,7 @@ class Fleet(Hazards):
                 )
                 await self._while_leased(renewed_to, lambda q: q.fail(job_id, worker_id, error))
             else:
-                result = job_result(self._rng, duration, cfg.p_malformed)
+                result = self._result(duration)
                 await self._while_leased(
                     renewed_to, lambda q: q.complete(job_id, worker_id, result)
                 )
@@ -313,6 +313,10 @@ class Fleet(Hazards):
                     return None
                 lease_end = asked + lease
         return lease_end
+
+    def _result(self, duration: float) -> Any:
+        """A completed job's result jsonb, sometimes malformed on purpose (payloads.py)."""
+        return job_result(self._rng, duration, self.config.p_malformed)
 
     async def _reaper(self) -> None:
         async def body() -> None:

@@ -454,18 +454,22 @@ async def test_the_slot_is_confirmed_where_a_scrape_carries_the_counts_before_it
             await conn.close()
 
 
+async def enqueued(dsn: str, count: int) -> list[Transition | None]:
+    """Enqueue count jobs of type 1 with the reference SQL; its record of each."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [await JobQueue(conn, backoff_base=0.0).enqueue(1) for _ in range(count)]
+    finally:
+        await conn.close()
+
+
 @pytest.mark.logical
 async def test_the_status_page_shows_a_logical_queues_mode_and_its_slot_lag(
     logical_dsn: str,
 ) -> None:
     truth = Tally()
     async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
-        try:
-            for _ in range(3):
-                record(truth, await JobQueue(conn, backoff_base=0.0).enqueue(1))
-        finally:
-            await conn.close()
+        record(truth, *await enqueued(logical_dsn, 3))
         await counted(runtime, caught_up(runtime, truth))
         status = runtime.poller.status()
     slot = status.view.slot

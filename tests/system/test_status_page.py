@@ -8,11 +8,12 @@ tests/system/test_status_page.py`` also writes the screenshot the README shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import struct
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,13 @@ def pixels_of(picture: np.ndarray, rgb: Sequence[int]) -> int:
     return int(np.all(np.abs(picture[:, :, :3] - wanted) < 2 / 255, axis=2).sum())
 
 
+def assert_both_badges_drawn(shot: Path) -> None:
+    """The screenshot shows orders' green "up" badge and billing's red "down" one."""
+    picture = image.imread(str(shot))
+    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100
+    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100
+
+
 def two_queues(dsn: str) -> Settings:
     """orders (up, with work in every state) and billing (down from the start)."""
     down = fast_queue(DOWN_DSN, name="billing")
@@ -97,34 +105,30 @@ def two_queues(dsn: str) -> Settings:
     )
 
 
-async def started(settings: Settings) -> Service:
-    """The service once orders has collected and billing has tried once."""
-    service = Service(settings)
+@contextlib.asynccontextmanager
+async def serving(dsn: str) -> AsyncIterator[str]:
+    """The status page's URL, once orders (filled) has collected and billing has tried once."""
+    await fill(dsn)
+    service = Service(two_queues(dsn))
     await service.start()
     try:
         await service.queue("orders").poller.wait_for_success()
         await service.queue("billing").poller.wait_for_collections(1)
-    except BaseException:
+        yield f"http://127.0.0.1:{service.port}/"
+    finally:
         await service.stop()
-        raise
-    return service
 
 
 async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_right(
     db_dsn: str, tmp_path: Path
 ) -> None:
-    await fill(db_dsn)
-    service = await started(two_queues(db_dsn))
-    try:
-        url = f"http://127.0.0.1:{service.port}/"
+    async with serving(db_dsn) as url:
         metrics = await asyncio.to_thread(fetch_text, f"{url}metrics")
         dom = await chromium(url, tmp_path / "profile", "--dump-dom")
         shot = tmp_path / "status.png"
         await chromium(
             url, tmp_path / "profile", f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}"
         )
-    finally:
-        await service.stop()
 
     rows = RenderedPage(dom.decode()).rows
     assert set(rows) == {"orders", "billing"}
@@ -141,9 +145,7 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
     data = shot.read_bytes()
     assert png_size(data) == (WIDTH, HEIGHT)
     assert len(data) > 20_000  # a blank or error page compresses to a few kilobytes
-    picture = image.imread(str(shot))
-    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100  # the green "up" badge
-    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100  # the red "down" badge
+    assert_both_badges_drawn(shot)
     if os.environ.get("STATUS_PNG"):
         shutil.copyfile(shot, os.environ["STATUS_PNG"])
 
@@ -158,17 +160,12 @@ async def laid_out(page: Path, width: int, profile: Path) -> dict[str, Any]:
 async def test_at_760_px_the_counts_stay_in_view_and_the_diagnostics_wrap_beneath(
     db_dsn: str, tmp_path: Path
 ) -> None:
-    await fill(db_dsn)
-    service = await started(two_queues(db_dsn))
-    try:
-        url = f"http://127.0.0.1:{service.port}/"
+    async with serving(db_dsn) as url:
         served = await asyncio.to_thread(fetch_text, url)
         shot = tmp_path / "narrow.png"
         await chromium(
             url, tmp_path / "profile", f"--screenshot={shot}", f"--window-size={NARROW},900"
         )
-    finally:
-        await service.stop()
     probe = tmp_path / "probe.html"
     probe.write_text(with_layout_probe(served))
     narrow = await laid_out(probe, NARROW, tmp_path / "profile")
@@ -205,6 +202,4 @@ async def test_at_760_px_the_counts_stay_in_view_and_the_diagnostics_wrap_beneat
         assert len({round(c["top"]) for c in cells}) == 1, queue
 
     assert png_size(shot.read_bytes()) == (NARROW, 900)
-    picture = image.imread(str(shot))
-    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100  # the green "up" badge
-    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100  # the red "down" badge
+    assert_both_badges_drawn(shot)
