@@ -6,7 +6,9 @@
 ``record`` runs a throwaway PostgreSQL, the simulated fleet (its errors, deadline kills, worker
 deaths, duplicates and malformed results included), the exporter with its default 15 s
 interval, and Prometheus scraping it every 15 s with the rendered rules; a third of the way
-from the end it stops the database for two minutes. ``render`` starts Prometheus on a copy of
+from the end it stops the database for half a lease (15 s): the blip a healthy queue rides
+out, since a worker keeps its job and retries while its lease holds, so the error budgets show
+the fleet's own failures rather than the outage's. ``render`` starts Prometheus on a copy of
 the kept data (no scraping), backfills any recording rule of this checkout's rules that the run
 did not record (a dashboard built later may read a new recorded series; promtool evaluates
 each backfilled rule on the recorded data alone), and draws dashboards/jobqueue.json's panels
@@ -45,7 +47,10 @@ from tests.e2e_stack import PROMETHEUS_BINARY, Process, binary, stop_process
 
 JOB = "jobqueue-exporter"
 SCRAPE_INTERVAL = 15.0
-OUTAGE_SECONDS = 120.0
+# Half the demo fleet's lease. A worker renews every third of its lease, so at any moment at
+# least two thirds of it remain: half a lease plus the server's stop and start still ends
+# before any lease, and no job is reaped for the outage.
+OUTAGE_SECONDS = FleetConfig().lease_seconds / 2
 META = "preview-run.json"
 
 

@@ -192,6 +192,7 @@ class Poller:
         return QueueStatus(
             view, ready, self.last_error, self.last_error_at,
             profile=self.profile.name, table=self.profile.watched_table(self.settings),
+            counting=self.settings.collect.counting,
         )  # fmt: skip
 
     def retune(self) -> None:

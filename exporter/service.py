@@ -162,11 +162,12 @@ class Service:
 async def serve(
     settings: Settings,
     *,
-    banner: str | None = None,
+    banner: Callable[[Service], str] | None = None,
     load: Callable[[], Settings] | None = None,
     sockets: Sequence[int] = (),
 ) -> None:
-    """Run until SIGTERM or SIGINT; reload on SIGHUP (and POST /-/reload) with ``load``."""
+    """Run until SIGTERM or SIGINT; reload on SIGHUP (and POST /-/reload) with ``load``;
+    ``banner`` says, once the port is bound, where the started service serves."""
     # /metrics is rendered in a worker thread; with the default 5 ms GIL switch interval a
     # scrape arriving meanwhile can wait that long for the event loop. 0.5 ms keeps it short.
     sys.setswitchinterval(0.0005)
@@ -177,8 +178,8 @@ async def serve(
     service = Service(settings, load, sockets)
     loop.add_signal_handler(signal.SIGHUP, service.request_reload)
     await service.start()
-    if banner:
-        print(banner.format(port=service.port), flush=True)
+    if banner is not None:
+        print(banner(service), flush=True)
     try:
         await stop.wait()
     finally:

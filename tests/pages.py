@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import html
+import json
+import re
 from html.parser import HTMLParser
+from typing import Any, cast
 
 
 class RenderedPage(HTMLParser):
@@ -59,3 +63,41 @@ class RenderedPage(HTMLParser):
             self._cell.append(data.strip())
         if self._row is not None and data.strip():
             self.rows[self._row].append(data.strip())
+
+
+# Appended to a copy of the page (the page itself carries no script): once laid out, every
+# queue row's cells with their column names and boxes, and the document's width, as JSON in
+# <pre id="layout">, which a browser's --dump-dom then returns.
+LAYOUT_SCRIPT = """<script>
+const names = [...document.querySelectorAll("th")].map(th => th.textContent.trim());
+const rows = {};
+for (const tr of document.querySelectorAll("tr[id^=queue-]")) {
+  rows[tr.id.slice(6)] = [...tr.children].map((td, i) => {
+    const box = td.getBoundingClientRect();
+    return {name: names[i], left: box.left, right: box.right, top: box.top,
+            bottom: box.bottom, text: td.innerText.trim()};
+  });
+}
+const heads = [...document.querySelectorAll("th")].map(th => {
+  const box = th.getBoundingClientRect();
+  return {name: th.textContent.trim(), left: box.left, right: box.right, shown: box.width > 0};
+});
+const out = document.createElement("pre");
+out.id = "layout";
+out.textContent = JSON.stringify({
+  viewport: window.innerWidth, scroll: document.documentElement.scrollWidth, heads, rows});
+document.body.appendChild(out);
+</script>"""
+
+
+def with_layout_probe(page: str) -> str:
+    """The page with LAYOUT_SCRIPT before </body>."""
+    assert page.count("</body>") == 1
+    return page.replace("</body>", LAYOUT_SCRIPT + "</body>")
+
+
+def layout_of(dom: str) -> dict[str, Any]:
+    """The JSON LAYOUT_SCRIPT wrote into a dumped DOM."""
+    found = re.search(r'<pre id="layout">(.*?)</pre>', dom, re.S)
+    assert found, "the layout probe did not run"
+    return cast(dict[str, Any], json.loads(html.unescape(found.group(1))))

@@ -11,8 +11,9 @@ from exporter.demo.cluster import Cluster, ClusterError
 from exporter.demo.fleet import DEMO_JOB_TYPES, Fleet, FleetConfig
 from exporter.demo.queue import JobQueue, prepare_database
 from exporter.demo.tally import Tally
-from exporter.service import serve
-from exporter.settings import QueueSettings, Settings
+from exporter.redaction import redact
+from exporter.service import Service, serve
+from exporter.settings import QueueSettings, Settings, WebSettings, parse_listen_address
 
 __all__ = [
     "DEMO_JOB_TYPES",
@@ -22,6 +23,7 @@ __all__ = [
     "FleetConfig",
     "JobQueue",
     "Tally",
+    "demo_banner",
     "demo_environment",
     "prepare_database",
     "run_demo",
@@ -66,6 +68,27 @@ def demo_queue(settings: Settings, dsn: str) -> QueueSettings:
     return replace(queue, name=name, database=database, collect=collect)
 
 
+def demo_banner(dsn: str, web: WebSettings, port: int, scheme: str = "http") -> str:
+    """What the demo prints once it serves: the status page, /metrics and the database.
+
+    The DSN is the throwaway cluster's (postgres over loopback, trusted: it carries no
+    password); it goes through the redactor all the same, so a DSN that ever did carry one
+    would show it masked.
+    """
+    host, _ = parse_listen_address(web.listen_address[0]) if web.listen_address else ("", 0)
+    if host in ("", "0.0.0.0", "::") or web.systemd_socket:
+        host = "127.0.0.1"
+    elif ":" in host:
+        host = f"[{host}]"
+    base = f"{scheme}://{host}:{port}"
+    return (
+        f"jobqueue-exporter demo: status page {base}/\n"
+        f"  metrics   {base}{web.telemetry_path}\n"
+        f"  database  {redact(dsn)}  (throwaway: psql it, it goes with the demo)\n"
+        "Ctrl-C stops the demo and removes its database."
+    )
+
+
 def run_demo(settings: Settings) -> int:
     """Entry point of ``jobqueue-exporter demo``: throwaway database, simulated fleet, exporter.
 
@@ -76,12 +99,12 @@ def run_demo(settings: Settings) -> int:
     async def main() -> None:
         async with demo_environment() as dsn:
             demo_settings = replace(settings, queues=(demo_queue(settings, dsn),))
-            await serve(
-                demo_settings,
-                banner="jobqueue-exporter demo: metrics at http://127.0.0.1:{port}"
-                + settings.web.telemetry_path
-                + "  (Ctrl-C stops and removes the demo database)",
-            )
+
+            def banner(service: Service) -> str:
+                assert service.port is not None  # serve() prints once the server is bound
+                return demo_banner(dsn, settings.web, service.port, service.web.scheme)
+
+            await serve(demo_settings, banner=banner)
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(main())

@@ -20,14 +20,14 @@ from typing import Any
 import asyncpg
 
 from exporter.demo.hazards import ORDINARY_ERRORS, Hazards
+from exporter.demo.payloads import job_result
 from exporter.demo.queue import DEADLINE_ERROR, JobQueue, Transition
 from exporter.demo.tally import Tally, cost_components, failure_reason, result_fields
 
 log = logging.getLogger(__name__)
 
-# Results the exporter must not take at face value; missing_cost is absent, not malformed (a
-# worker that priced nothing), and its run time then comes from the row.
-MALFORMED_KINDS = ("missing_cost", "string_value", "negative", "nan_string", "not_object", "bool")
+# What a lost or refused connection raises; the fleet waits and tries again.
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError)
 
 # Label names the demo gives its job types (the job_types setting), so that its metrics,
 # dashboard and alerts read like a real deployment's rather than "1" to "5".
@@ -193,9 +193,32 @@ class Fleet(Hazards):
         while True:
             try:
                 await loop_body()
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            except DATABASE_ERRORS as exc:
                 self.errors += 1
                 log.warning("fleet: database error: %s", exc)
+                await asyncio.sleep(self.config.error_pause)
+
+    async def _while_leased(
+        self, lease_end: float, step: Callable[[JobQueue], Awaitable[Transition | None]]
+    ) -> Transition | None:
+        """Run one statement on a claimed job, retrying database errors until lease_end.
+
+        A real worker that loses the database keeps its job and tries again: a blip shorter
+        than the lease costs no attempt. Only once the lease would have run out is the job the
+        reaper's (lease_expired), and the error goes to :meth:`_guarded`.
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                async with self._transaction() as queue:
+                    done = await step(queue)
+                self._record([done])
+                return done
+            except DATABASE_ERRORS as exc:
+                if loop.time() + self.config.error_pause >= lease_end:
+                    raise
+                self.errors += 1
+                log.warning("fleet: database error, retrying while the lease holds: %s", exc)
                 await asyncio.sleep(self.config.error_pause)
 
     # -- the simulated processes -------------------------------------------------------
@@ -231,10 +254,14 @@ class Fleet(Hazards):
     async def _worker(self, index: int) -> None:
         cfg = self.config
         generation = 0
+        loop = asyncio.get_running_loop()
 
         async def body() -> None:
             nonlocal generation
             worker_id = f"worker-{index}.{generation}"
+            # The lease runs from no earlier than the claim's statement: the worker's own
+            # estimate of its end is never past the database's.
+            lease_end = loop.time() + cfg.lease_seconds
             async with self._transaction() as queue:
                 job = await queue.claim(worker_id, cfg.lease_seconds, exclude=self._reserved)
                 self._record([job])
@@ -249,69 +276,47 @@ class Fleet(Hazards):
                 generation += 1  # the process died; its successor has a new id
                 return
             duration = self._rng.uniform(*cfg.duration)
-            if not await self._run(job, worker_id, duration):
+            renewed_to = await self._run(job, worker_id, duration, lease_end)
+            if renewed_to is None:
                 return
             fate -= cfg.p_worker_death
-            async with self._transaction() as queue:
-                if fate < cfg.p_deadline:
-                    done = await queue.fail(job.job_id, worker_id, DEADLINE_ERROR)
-                elif fate < cfg.p_deadline + cfg.p_error:
-                    done = await queue.fail(
-                        job.job_id, worker_id, self._rng.choice(ORDINARY_ERRORS)
-                    )
-                else:
-                    done = await queue.complete(job.job_id, worker_id, self._result(duration))
-                self._record([done])
+            job_id = job.job_id
+            if fate < cfg.p_deadline + cfg.p_error:
+                error = (
+                    DEADLINE_ERROR if fate < cfg.p_deadline else self._rng.choice(ORDINARY_ERRORS)
+                )
+                await self._while_leased(renewed_to, lambda q: q.fail(job_id, worker_id, error))
+            else:
+                result = self._result(duration)
+                await self._while_leased(
+                    renewed_to, lambda q: q.complete(job_id, worker_id, result)
+                )
 
         await self._guarded(body)
 
-    async def _run(self, job: Transition, worker_id: str, duration: float) -> bool:
-        """Simulate the work, renewing the lease; False when the job was taken away meanwhile."""
+    async def _run(
+        self, job: Transition, worker_id: str, duration: float, lease_end: float
+    ) -> float | None:
+        """Simulate the work, renewing the lease; the lease's end, or None if the job was lost."""
         loop = asyncio.get_running_loop()
+        lease = self.config.lease_seconds
         deadline = loop.time() + duration
-        every = self.config.lease_seconds / 3
+        every = lease / 3
         while (left := deadline - loop.time()) > 0:
             await asyncio.sleep(min(every, left))
             if deadline - loop.time() > 0:
-                async with self._transaction() as queue:
-                    renewed = await queue.renew(job.job_id, worker_id, self.config.lease_seconds)
-                    self._record([renewed])
+                asked = loop.time()
+                renewed = await self._while_leased(
+                    lease_end, lambda q: q.renew(job.job_id, worker_id, lease)
+                )
                 if renewed is None:
-                    return False
-        return True
+                    return None
+                lease_end = asked + lease
+        return lease_end
 
     def _result(self, duration: float) -> Any:
-        """A completed job's result jsonb, sometimes malformed on purpose."""
-        ai = round(self._rng.uniform(0.001, 0.05), 4)
-        proxy = round(self._rng.uniform(0.0, 0.01), 4)
-        other = round(self._rng.choice((0.0, self._rng.uniform(0.0, 0.005))), 4)
-        cost: dict[str, Any] = {
-            "ai_usd": ai,
-            "proxy_usd": proxy,
-            "total_usd": round(ai + proxy + other, 4),
-        }
-        metrics: dict[str, Any] = {"duration_ms": int(duration * 1000), "cost": cost}
-        result: dict[str, Any] = {
-            "outcome": self._rng.choice(("found", "found", "found", "not_found", "blocked")),
-            "lowest": {"price": self._rng.randint(1000, 99999)},
-            "metrics": metrics,
-        }
-        if self._rng.random() >= self.config.p_malformed:
-            return result
-        kind = self._rng.choice(MALFORMED_KINDS)
-        if kind == "missing_cost":
-            del metrics["cost"]
-        elif kind == "string_value":
-            cost["ai_usd"] = str(ai)
-        elif kind == "negative":
-            cost["proxy_usd"] = -proxy - 0.001
-        elif kind == "nan_string":
-            cost["total_usd"] = "NaN"
-        elif kind == "bool":
-            metrics["duration_ms"] = True
-        else:
-            return [result["outcome"], ai]
-        return result
+        """A completed job's result jsonb, sometimes malformed on purpose (payloads.py)."""
+        return job_result(self._rng, duration, self.config.p_malformed)
 
     async def _reaper(self) -> None:
         async def body() -> None:
@@ -348,33 +353,3 @@ __all__ = [
     "failure_reason",
     "result_fields",
 ]
-
-
-async def run_fleet(dsn: str, config: FleetConfig) -> None:
-    """Drive the demo fleet against an existing queue database until SIGTERM or SIGINT."""
-    import signal
-
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    fleet = Fleet(dsn, config, Tally(detailed=False))
-    await fleet.start()
-    try:
-        await stop.wait()
-    finally:
-        await fleet.stop()
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="python -m exporter.demo.fleet",
-        description="Run the simulated worker fleet against an existing queue database "
-        "(the compose stack's 'fleet' service).",
-    )
-    parser.add_argument("--dsn", required=True, help="postgresql:// URL of the queue's owner")
-    parser.add_argument("--rate", type=float, default=FleetConfig.enqueue_rate, help="jobs/s")
-    arguments = parser.parse_args()
-    asyncio.run(run_fleet(arguments.dsn, FleetConfig(enqueue_rate=arguments.rate)))

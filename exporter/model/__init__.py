@@ -363,6 +363,7 @@ class QueueStatus:
     last_error_at: float | None  # Unix time, exporter clock
     profile: str = "default"  # the queue's profile (queue.profile)
     table: str = "job"  # the table it reads (a preset's main table)
+    counting: str = "polling"  # collect.counting: polling, or logical (then view.slot)
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,11 @@ class WebServer:
         """The first bound port (the one to tell a user about)."""
         return self.ports[0] if self.ports else None
 
+    @property
+    def scheme(self) -> str:
+        """``https`` when the web-config file turns TLS on, else ``http``."""
+        return "http" if self.watcher.ssl_context() is None else "https"
+
     def check_config(self) -> None:
         """Raise WebConfigError, naming the key, when the web-config file would not load now."""
         self.watcher.check()

@@ -1,9 +1,13 @@
 """The page at ``/``: what a person opening the exporter's port needs to see at a glance.
 
 Version, uptime, the configuration's last load, and one row per queue: the table and profile it
-reads, up or down, leader or not (as jobqueue_exporter_leader says), last success, last error,
-collection time, tracked jobs and jobs by status. One self-contained HTML document (inline CSS,
-no script, no external asset), every value escaped.
+reads, up or down, leader or not (as jobqueue_exporter_leader says), jobs by status, then the
+diagnostics: last success, last error, collection time, counting mode (and a logical queue's
+slot lag), tracked jobs and job types. One self-contained HTML document (inline CSS, no
+script, no external asset), every value escaped.
+
+The counts are what a person came for, so they come first; up to 1400 px wide the diagnostics
+leave the table's columns and wrap, labelled, beneath their queue's counts.
 """
 
 from __future__ import annotations
@@ -40,13 +44,24 @@ nav a{margin-right:14px}a{color:#0b5cad}
 table{border-collapse:collapse;background:#fff;box-shadow:0 1px 2px #0002;width:100%}
 th,td{padding:7px 10px;border-bottom:1px solid #e3e6ea;text-align:left;vertical-align:top}
 th{background:#eef1f4;font-weight:600;font-size:12px;text-transform:uppercase;color:#3d4552}
-td.n{text-align:right;font-variant-numeric:tabular-nums}td.s{white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums}th.n{text-align:right}td.s{white-space:nowrap}
 .badge{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px}
 .up{background:#d7f5dd;color:#0f6b26}.down{background:#fde0df;color:#a3211b}
 .standby{background:#e8eaee;color:#4a5260}.leader{background:#dbe9fb;color:#164f94}
-.err{color:#a3211b;max-width:28em;word-break:break-word}.muted{color:#8a919c}
-.reads{white-space:nowrap;font-size:12px}
+.err{color:#a3211b;max-width:28em;overflow-wrap:break-word;white-space:normal}
+.muted{color:#8a919c}.reads{white-space:nowrap;font-size:12px}
 .banner{padding:8px 12px;border-radius:6px;margin:0 0 14px;background:#fde0df;color:#a3211b}
+@media (max-width:1400px){
+table,thead,tbody{display:block}tr{display:flex;flex-wrap:wrap;border-bottom:1px solid #e3e6ea}
+thead tr{background:#eef1f4}
+th,td{box-sizing:border-box;min-width:0;border:0;padding:7px 6px;flex:0 0 10.4%}
+th{font-size:11px}th.d{display:none}td.s{white-space:normal}.reads{white-space:normal}
+.key{flex-basis:17%;padding-left:10px}.badges{flex-basis:10%}
+td.d{flex-basis:13.9%;padding:0 6px 8px 10px;font-size:13px;text-align:left}
+td.e{flex-basis:30%}td.d::before{content:attr(data-label);display:block;font-size:11px;
+text-transform:uppercase;color:#5b6472}}
+@media (max-width:600px){.key{flex-basis:100%}.badges{flex-basis:50%}th,td{flex-basis:16.6%}
+td.d{flex-basis:50%}td.e{flex-basis:100%}}
 """
 
 
@@ -118,6 +133,39 @@ def _counts(view: QueueView) -> list[str]:
     ]
 
 
+def _bytes(count: int) -> str:
+    """A WAL size as a person reads it: ``812 B``, ``3.4 MiB``."""
+    if count < 1024:
+        return f"{count:,} B"
+    size = count / 1024
+    for unit in ("KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:,.1f} GiB"
+
+
+def _counting(status: QueueStatus) -> str:
+    """The counting mode; for a logical queue, the slot's lag (and its WAL status when at risk)."""
+    if status.counting != "logical":
+        return html.escape(status.counting)
+    slot = status.view.slot
+    if slot is None:
+        why = "another exporter reads the slot" if not status.view.collector else "no report yet"
+        return f'logical<div class="muted">slot lag: {why}</div>'
+    title = (
+        f"{slot.lag_bytes:,} bytes of WAL not yet confirmed (jobqueue_exporter_logical_lag_bytes)"
+        f"; {slot.retained_bytes:,} retained; wal_status {slot.wal_status}"
+    )
+    risk = "" if slot.wal_status in ("reserved", "extended") else f" · {slot.wal_status}"
+    gaps = f" · {slot.gaps:,} gaps" if slot.gaps else ""
+    style = "err" if risk or gaps else "muted"
+    return (
+        f'logical<div class="{style}" title="{html.escape(title, quote=True)}">'
+        f"slot lag {_bytes(slot.lag_bytes)}{html.escape(risk + gaps)}</div>"
+    )
+
+
 def _unmapped(view: QueueView) -> str:
     """Rows whose status none of table.status_values maps, and the values (escaped), if any."""
     found = view.tallies.unmapped_status if view.tallies is not None else None
@@ -153,16 +201,25 @@ def _queue_row(status: QueueStatus, now: float) -> str:
     folded = f", {view.folded:,} folded into other" if view.folded else ""
     types = html.escape(" | ".join(view.labels) + folded, quote=True)
     reads = f"{html.escape(status.table)} · profile {html.escape(status.profile)}"
+    diagnostics = (
+        ("", _when(now, view.health.last_success_at)),
+        ("e", f"{error}{_unmapped(view)}"),
+        ("n", _elapsed(view.health.collection_duration)),
+        ("", _counting(status)),
+        ("n", tracked),
+        ("n", f'<span title="{types}">{len(view.labels):,}</span>'),
+    )
     cells = [
-        f'<td><b>{html.escape(view.queue)}</b><div class="muted reads">{reads}</div></td>',
-        f'<td class="s"><span class="badge {state}">{state}</span>{why}</td>',
-        f'<td class="s"><span class="badge {role_class}" title="{role_why}">{role}</span></td>',
-        f"<td>{_when(now, view.health.last_success_at)}</td>",
-        f"<td>{error}{_unmapped(view)}</td>",
-        f'<td class="n">{_elapsed(view.health.collection_duration)}</td>',
-        f'<td class="n">{tracked}</td>',
-        f'<td class="n" title="{types}">{len(view.labels):,}</td>',
+        f'<td class="key"><b>{html.escape(view.queue)}</b>'
+        f'<div class="muted reads">{reads}</div></td>',
+        f'<td class="s badges"><span class="badge {state}">{state}</span>{why}</td>',
+        f'<td class="s badges"><span class="badge {role_class}" title="{role_why}">{role}</span>'
+        "</td>",
         *(f'<td class="n">{cell}</td>' for cell in _counts(view)),
+        *(
+            f'<td class="d {kind}" data-label="{name}">{cell}</td>'
+            for name, (kind, cell) in zip(_DIAGNOSTICS, diagnostics, strict=True)
+        ),
     ]
     return f'<tr id="queue-{html.escape(view.queue)}">' + "".join(cells) + "</tr>"
 
@@ -179,9 +236,14 @@ def _role(view: QueueView) -> tuple[str, str, str]:
     return "not leader", "standby", why
 
 
+# The counts first: what a person opens the page for. The diagnostics follow them, and wrap
+# beneath them on a narrow screen.
 _HEAD = (
-    "queue", "state", "role", "last success", "last error", "collection", "tracked jobs",
-    "job types", "pending", "running", "dead", "done", "stuck", "oldest pending",
+    ("queue", "key"), ("state", "badges"), ("role", "badges"), ("pending", "n"),
+    ("running", "n"), ("dead", "n"), ("done", "n"), ("stuck", "n"), ("oldest pending", "n"),
+)  # fmt: skip
+_DIAGNOSTICS = (
+    "last success", "last error", "collection", "counting", "tracked jobs", "job types",
 )  # fmt: skip
 
 
@@ -203,7 +265,8 @@ def status_page(page: StatusPage) -> str:
     probes = "".join(f'<a href="{p}">{p}</a>' for p in (*HEALTHY_PATHS, *READY_PATHS))
     ready = sum(1 for q in page.queues if q.ready is None)
     rows = "".join(_queue_row(q, page.now) for q in page.queues)
-    head = "".join(f"<th>{name}</th>" for name in _HEAD)
+    head = "".join(f'<th class="{kind}">{name}</th>' for name, kind in _HEAD)
+    head += "".join(f'<th class="d">{name}</th>' for name in _DIAGNOSTICS)
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'

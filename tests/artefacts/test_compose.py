@@ -10,7 +10,10 @@ schema, the indexes and a read-only role on PostgreSQL 15.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import fnmatch
+import io
 import json
 import subprocess
 import sys
@@ -19,10 +22,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 import yaml
 
+from exporter.demo import fleet_service
 from exporter.demo.cluster import Cluster
+from exporter.demo.queue import JobQueue
 from exporter.settings import parse_listen_address
 from tests.artefacts.deploy_files import (
     COMPOSE,
@@ -117,6 +123,71 @@ def test_compose_fleet_command_is_a_runnable_module() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     for flag in (word for word in command if word.startswith("--")):
         assert flag.split("=")[0] in done.stdout, f"the fleet has no {flag} option"
+
+
+def fleet_check_argv(dsn: str) -> list[str]:
+    """The fleet's compose healthcheck as a command line here: this Python, the test's DSN."""
+    test = compose()["services"]["fleet"]["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "exporter.demo.fleet_service"], test
+    args = test[4:]
+    args[args.index("--dsn") + 1] = dsn
+    return [sys.executable, "-m", test[3], *args]
+
+
+def seconds(duration: str) -> float:
+    """A compose duration such as ``30s`` or ``1m``, in seconds."""
+    value, unit = float(duration[:-1]), duration[-1]
+    return value * {"s": 1, "m": 60}[unit]
+
+
+def test_the_fleet_has_a_healthcheck_of_its_own_not_the_exporters() -> None:
+    fleet = compose()["services"]["fleet"]
+    check = fleet["healthcheck"]
+    assert not check.get("disable"), "a fleet without a healthcheck reports nothing"
+    assert "healthcheck" not in check["test"]  # the image's: `jobqueue-exporter healthcheck`
+    assert check["test"][4] == "--check"
+    # The same database the fleet drives, by the one anchor.
+    dsn = fleet["command"][fleet["command"].index("--dsn") + 1]
+    assert check["test"][check["test"].index("--dsn") + 1] == dsn
+    # The check answers (connect, then query, each capped) before compose gives up on it.
+    assert seconds(check["timeout"]) > 2 * fleet_service.CHECK_TIMEOUT + 2
+    assert seconds(check["start_period"]) >= 30  # the fleet's first enqueue comes within a second
+
+
+async def test_the_fleet_healthcheck_passes_only_while_jobs_move(db_dsn: str) -> None:
+    """What the compose healthcheck does, run here against a real queue database."""
+    argv = fleet_check_argv(db_dsn)[3:]  # main()'s arguments: what follows the module
+
+    async def check() -> tuple[int, str]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = await asyncio.to_thread(fleet_service.main, argv)
+        return code, out.getvalue()
+
+    code, said = await check()
+    assert (code, said) == (1, "the job table is empty: the fleet has not enqueued anything yet\n")
+    conn = await asyncpg.connect(db_dsn)
+    try:
+        await JobQueue(conn, backoff_base=1.0).enqueue(1)
+        assert await check() == (0, "ok: the fleet is moving jobs\n")
+        # Two minutes without a change, by the database's clock: a stopped fleet.
+        await conn.execute("UPDATE job SET updated_at = now() - interval '2 minutes'")
+        code, said = await check()
+        assert code == 1
+        assert said.startswith("no job has changed for 120 s (more than 60 s)"), said
+    finally:
+        await conn.close()
+
+
+def test_the_fleet_healthcheck_fails_without_echoing_the_password() -> None:
+    # The real command line, as compose runs it, with a database nothing listens for.
+    unreachable = "postgresql://postgres:fleet-secret@127.0.0.1:1/jobqueue"
+    done = subprocess.run(
+        fleet_check_argv(unreachable), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stdout.startswith("cannot reach the queue's database: "), done.stdout
+    assert "fleet-secret" not in done.stdout + done.stderr
 
 
 def test_every_file_the_compose_stack_mounts_exists() -> None:

@@ -628,3 +628,18 @@ def test_preview_renders_panels_from_a_real_prometheus(prometheus: str, tmp_path
     ):
         assert counts[title] > 0, (title, result.stdout)
     assert counts["Jobs stuck"] == 0
+
+
+def test_the_previews_outage_shows_yet_ends_before_any_lease_of_the_fleet() -> None:
+    # Issue 35: a two-minute outage (four leases) reaped every running job as lease_expired
+    # and zeroed three error budgets in the preview of a healthy fleet.
+    from dashboards import record_preview
+    from exporter.demo import FleetConfig
+    from exporter.settings import QueueSettings
+
+    lease, outage = FleetConfig().lease_seconds, record_preview.OUTAGE_SECONDS
+    # A worker renews every third of its lease, so two thirds of it are always left; the
+    # server's stop and start add a second or two to the outage.
+    assert outage + 2 < lease * 2 / 3
+    # At least one collection falls inside it: the outage is on the dashboard.
+    assert outage >= QueueSettings(name="q").collect.interval

@@ -11,6 +11,11 @@ What counts as a path:
 
 Bare file names (``schema.py`` in a table about one directory) and paths relative to another
 directory (``initdb/30-exporter-role.sql`` beside deploy/compose) are context, not checked.
+
+A path may not leave the repository: a relative link that resolves outside the checkout, or
+a backticked path starting with ``../`` (resolved from the root, like every backticked path),
+names a file no reader of a clone or a release has. It may exist on the machine that wrote
+it, so "exists" alone would pass it.
 The "How it works" diagram of the README names modules of exporter/ without the prefix; it is
 checked on its own against exporter/.
 """
@@ -50,6 +55,21 @@ def named_paths(text: str) -> list[str]:
     return found
 
 
+def parent_paths(text: str) -> list[str]:
+    """Backticked paths that climb out of the directory they are resolved from (``../x.md``)."""
+    found = []
+    for match in BACKTICKED.finditer(text):
+        candidate = match.group(1).split("::")[0]
+        if candidate.startswith("../") and PATHLIKE.fullmatch(candidate):
+            found.append(candidate)
+    return found
+
+
+def outside(base: Path, paths: list[str]) -> list[str]:
+    """The paths that, resolved from base, leave the repository."""
+    return [p for p in paths if not (base / p).resolve().is_relative_to(ROOT)]
+
+
 def missing(base: Path, paths: list[str]) -> list[str]:
     """The paths that name nothing under base (a glob must match something)."""
     gone = []
@@ -65,6 +85,26 @@ def test_every_path_a_document_names_exists(document: Path) -> None:
     text = document.read_text()
     gone = missing(document.parent, linked_paths(text)) + missing(ROOT, named_paths(text))
     assert not gone, f"{document.relative_to(ROOT)} names paths that do not exist: {gone}"
+
+
+@pytest.mark.parametrize("document", DOCUMENTS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_document_names_a_path_outside_the_repository(document: Path) -> None:
+    text = document.read_text()
+    away = outside(document.parent, linked_paths(text)) + outside(ROOT, parent_paths(text))
+    assert not away, f"{document.relative_to(ROOT)} names paths outside the repository: {away}"
+
+
+def test_the_rule_refuses_paths_that_leave_the_repository() -> None:
+    text = (
+        "[up](../README.md#x), [away](../../shared/notes.md), [abs](/etc/passwd),"
+        " `../shared/research/x.md`, `docs/../README.md`, `../x y.md`"
+    )
+    assert linked_paths(text) == ["../README.md", "../../shared/notes.md", "/etc/passwd"]
+    assert parent_paths(text) == ["../shared/research/x.md"]
+    # Links resolve from the document's directory, backticked paths from the root.
+    assert outside(ROOT / "docs", linked_paths(text)) == ["../../shared/notes.md", "/etc/passwd"]
+    assert outside(ROOT, parent_paths(text)) == ["../shared/research/x.md"]
+    assert outside(ROOT, ["docs/../README.md"]) == []
 
 
 def test_the_rule_finds_stale_links_and_paths_and_ignores_context() -> None:

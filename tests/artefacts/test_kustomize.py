@@ -142,6 +142,37 @@ def test_one_patch_sets_the_release_label_and_one_value_the_dashboard_url(
         assert alert["annotations"]["dashboard_url"].startswith(absolute + "?"), alert["alert"]
 
 
+def paths_to(node: Any, value: str, where: str = "") -> list[str]:
+    """The dotted paths at which a parsed YAML document holds exactly this string."""
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in paths_to(v, value, f"{where}.{k}".strip("."))]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in paths_to(v, value, f"{where}[{i}]")]
+    return [where] if node == value else []
+
+
+def test_one_line_moves_every_monitoring_object_to_another_namespace(tmp_path: Path) -> None:
+    # No other value of the bundle is the namespace: kustomize rewrites metadata.namespace,
+    # but not a namespace written into a selector or a setting...
+    for path in sorted(MONITORING.glob("*.yaml")):
+        found = [where for doc in load_all(path) for where in paths_to(doc, MONITORING_NAMESPACE)]
+        wanted = ["namespace"] if path.name == "kustomization.yaml" else []
+        assert found == wanted, path.name
+    # ...so changing it moves every object, and only that changes.
+    copy = tmp_path / "monitoring"
+    shutil.copytree(MONITORING, copy)
+    kustomization = copy / "kustomization.yaml"
+    text = kustomization.read_text()
+    kustomization.write_text(
+        text.replace(f"\nnamespace: {MONITORING_NAMESPACE}\n", "\nnamespace: observability\n")
+    )
+    moved, shipped = by_kind(kustomize(copy)), by_kind(kustomize(MONITORING))
+    for kind, item in moved.items():
+        assert item["metadata"].pop("namespace") == "observability", kind
+        assert shipped[kind]["metadata"].pop("namespace") == MONITORING_NAMESPACE, kind
+    assert moved == shipped
+
+
 def test_exporter_renders_its_workload_for_the_namespace_it_is_applied_to() -> None:
     objects = by_kind(kustomize(EXPORTER))
     assert set(objects) == {"ConfigMap", "Service", "Deployment"}

@@ -11,7 +11,8 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from exporter.demo import demo_environment
+from exporter.demo import demo_environment, prepare_database
+from exporter.demo.cluster import Cluster
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.queue import DEAD, DEADLINE_ERROR, DONE, PENDING, RUNNING, JobQueue
 from exporter.demo.tally import Tally, cost_components, result_fields
@@ -427,6 +428,52 @@ async def test_only_the_troubled_job_type_fails_when_the_others_are_healthy(db_d
         await fleet.stop()
     assert set(chosen()) == {2}
     assert {t for t, n in tally.completed.items() if n} > {2}
+
+
+@pytest.mark.cluster
+async def test_workers_keep_their_jobs_through_an_outage_shorter_than_the_lease(
+    fresh_cluster: Cluster,
+) -> None:
+    # A 9 s lease renewed every 3 s leaves at least 6 s of it at any moment: the outage below
+    # (the server's stop, 1 s down, its start) fits, so no job may be reaped for it.
+    fresh_cluster.create_database("queue")
+    dsn = fresh_cluster.dsn("queue")
+    await prepare_database(dsn)
+    config = FleetConfig.fast(
+        seed=13, workers=8, enqueue_rate=10.0, duration=(0.5, 4.0), lease_seconds=9.0,
+        p_worker_death=0.0, p_error=0.0, p_deadline=0.0, error_pause=0.1,
+    )  # fmt: skip
+    fleet = Fleet(dsn, config)
+    await fleet.start()
+    try:
+        await _wait_until(lambda: sum(fleet.tally.completed.values()) >= 10)
+        # Paused, no statement is in flight when the server stops (none can commit unseen);
+        # the workers hold their jobs and meet the outage when they renew or finish.
+        await fleet.pause()
+        held = {
+            r["job_id"]
+            for r in await fetch(dsn, f"SELECT job_id FROM job WHERE status = {RUNNING}")
+        }
+        await asyncio.to_thread(fresh_cluster.stop, "fast")
+        fleet.resume()
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(fresh_cluster.start)
+
+        def finished() -> set[object]:
+            return {t.job_id for t in fleet.tally.transitions if t.kind == "complete"}
+
+        await _wait_until(lambda: held <= finished(), limit=30.0)
+    finally:
+        await fleet.stop()
+    assert held, "no job was running when the server stopped"
+    assert fleet.errors > 0, "the fleet never met the outage"
+    assert not [key for key in fleet.tally.failures if key[1] == "lease_expired"]
+    assert (
+        await fetchval(
+            dsn, "SELECT count(*) FROM job WHERE last_error LIKE $1", f"%{MARK.strip()}%"
+        )
+        == 0
+    )
 
 
 async def test_demo_environment_serves_a_busy_queue_and_cleans_up_when_cancelled() -> None:

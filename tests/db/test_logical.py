@@ -24,12 +24,15 @@ from exporter.cli import main
 from exporter.demo.cluster import Cluster
 from exporter.demo.queue import JobQueue, Transition
 from exporter.demo.tally import Tally
+from exporter.model import ConfigStatus
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
+from exporter.web.status import StatusPage, status_page
 from tests.conftest import execute, fetchval
 from tests.helpers import fast_queue
 from tests.logical_cluster import PUBLICATION
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
+from tests.pages import RenderedPage
 from tests.truth import assert_exact, expected
 
 pytestmark = pytest.mark.slow
@@ -449,6 +452,36 @@ async def test_the_slot_is_confirmed_where_a_scrape_carries_the_counts_before_it
             await _until(past_other_tables, runtime)
         finally:
             await conn.close()
+
+
+async def enqueued(dsn: str, count: int) -> list[Transition | None]:
+    """Enqueue count jobs of type 1 with the reference SQL; its record of each."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return [await JobQueue(conn, backoff_base=0.0).enqueue(1) for _ in range(count)]
+    finally:
+        await conn.close()
+
+
+@pytest.mark.logical
+async def test_the_status_page_shows_a_logical_queues_mode_and_its_slot_lag(
+    logical_dsn: str,
+) -> None:
+    truth = Tally()
+    async with streaming(logical_queue(logical_dsn)) as runtime:
+        record(truth, *await enqueued(logical_dsn, 3))
+        await counted(runtime, caught_up(runtime, truth))
+        status = runtime.poller.status()
+    slot = status.view.slot
+    assert slot is not None, "the leader reports its slot every cycle"
+    polled = replace(status, view=replace(status.view, queue="polled", slot=None))
+    polled = replace(polled, counting="polling")
+    text = status_page(StatusPage("/metrics", 1.0, time.time(), ConfigStatus(), (status, polled)))
+    cells = RenderedPage(text).cells
+    assert status.counting == "logical"  # from collect.counting, through the poller
+    assert cells[status.view.queue]["counting"].startswith("logical slot lag ")
+    assert f"{slot.lag_bytes:,} bytes of WAL not yet confirmed" in text
+    assert cells["polled"]["counting"] == "polling"
 
 
 @pytest.mark.usefixtures("restore_logging")

@@ -8,13 +8,15 @@ tests/system/test_status_page.py`` also writes the screenshot the README shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import struct
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -25,10 +27,12 @@ from exporter.demo.queue import JobQueue
 from exporter.service import Service
 from exporter.settings import Settings, WebSettings
 from tests.helpers import fast_queue
-from tests.pages import RenderedPage
+from tests.pages import RenderedPage, layout_of, with_layout_probe
 
 CHROMIUM = "chromium"
-WIDTH, HEIGHT = 1360, 420
+WIDTH, HEIGHT = 1360, 440
+NARROW = 760  # a laptop's half screen, where the diagnostics once pushed the counts out of view
+COUNTS = ("pending", "running", "dead", "done", "stuck", "oldest pending")
 # Nothing listens on port 1: the second queue is down from the start.
 DOWN_DSN = "postgresql://watcher@127.0.0.1:1/billing"
 
@@ -84,30 +88,47 @@ def pixels_of(picture: np.ndarray, rgb: Sequence[int]) -> int:
     return int(np.all(np.abs(picture[:, :, :3] - wanted) < 2 / 255, axis=2).sum())
 
 
-async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_right(
-    db_dsn: str, tmp_path: Path
-) -> None:
-    await fill(db_dsn)
+def assert_both_badges_drawn(shot: Path) -> None:
+    """The screenshot shows orders' green "up" badge and billing's red "down" one."""
+    picture = image.imread(str(shot))
+    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100
+    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100
+
+
+def two_queues(dsn: str) -> Settings:
+    """orders (up, with work in every state) and billing (down from the start)."""
     down = fast_queue(DOWN_DSN, name="billing")
     down = replace(down, database=replace(down.database, connect_timeout=1.0))
-    settings = Settings(
-        queues=(fast_queue(db_dsn, name="orders", job_types={1: "email", 2: "scrape"}), down),
+    return Settings(
+        queues=(fast_queue(dsn, name="orders", job_types={1: "email", 2: "scrape"}), down),
         web=WebSettings(listen_address=("127.0.0.1:0",)),
     )
-    service = Service(settings)
+
+
+@contextlib.asynccontextmanager
+async def serving(dsn: str) -> AsyncIterator[str]:
+    """The status page's URL, once orders (filled) has collected and billing has tried once."""
+    await fill(dsn)
+    service = Service(two_queues(dsn))
     await service.start()
     try:
         await service.queue("orders").poller.wait_for_success()
         await service.queue("billing").poller.wait_for_collections(1)
-        url = f"http://127.0.0.1:{service.port}/"
+        yield f"http://127.0.0.1:{service.port}/"
+    finally:
+        await service.stop()
+
+
+async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_right(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    async with serving(db_dsn) as url:
         metrics = await asyncio.to_thread(fetch_text, f"{url}metrics")
         dom = await chromium(url, tmp_path / "profile", "--dump-dom")
         shot = tmp_path / "status.png"
         await chromium(
             url, tmp_path / "profile", f"--screenshot={shot}", f"--window-size={WIDTH},{HEIGHT}"
         )
-    finally:
-        await service.stop()
 
     rows = RenderedPage(dom.decode()).rows
     assert set(rows) == {"orders", "billing"}
@@ -124,8 +145,61 @@ async def test_chromium_renders_every_queue_with_its_state_and_the_page_looks_ri
     data = shot.read_bytes()
     assert png_size(data) == (WIDTH, HEIGHT)
     assert len(data) > 20_000  # a blank or error page compresses to a few kilobytes
-    picture = image.imread(str(shot))
-    assert pixels_of(picture, (0xD7, 0xF5, 0xDD)) > 100  # the green "up" badge
-    assert pixels_of(picture, (0xFD, 0xE0, 0xDF)) > 100  # the red "down" badge
+    assert_both_badges_drawn(shot)
     if os.environ.get("STATUS_PNG"):
         shutil.copyfile(shot, os.environ["STATUS_PNG"])
+
+
+async def laid_out(page: Path, width: int, profile: Path) -> dict[str, Any]:
+    """Where Chromium puts every cell of the page at this window width (tests/pages.py)."""
+    dom = await chromium(page.as_uri(), profile, "--dump-dom", f"--window-size={width},900")
+    return layout_of(dom.decode())
+
+
+@pytest.mark.browser
+async def test_at_760_px_the_counts_stay_in_view_and_the_diagnostics_wrap_beneath(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    async with serving(db_dsn) as url:
+        served = await asyncio.to_thread(fetch_text, url)
+        shot = tmp_path / "narrow.png"
+        await chromium(
+            url, tmp_path / "profile", f"--screenshot={shot}", f"--window-size={NARROW},900"
+        )
+    probe = tmp_path / "probe.html"
+    probe.write_text(with_layout_probe(served))
+    narrow = await laid_out(probe, NARROW, tmp_path / "profile")
+    wide = await laid_out(probe, 1600, tmp_path / "profile")
+
+    assert (narrow["viewport"], wide["viewport"]) == (NARROW, 1600)
+    for layout in (narrow, wide):
+        assert layout["scroll"] <= layout["viewport"], "the page scrolls sideways"
+    heads = {h["name"]: h for h in narrow["heads"]}
+    assert set(narrow["rows"]) == {"orders", "billing"}
+    for queue, cells in narrow["rows"].items():
+        by_name = {c["name"]: c for c in cells}
+        counts = [by_name[name] for name in COUNTS]
+        for cell in counts:
+            assert 0 <= cell["left"] < cell["right"] <= NARROW, (queue, cell)
+            # Under its own header, which is shown: the number is read as what it is.
+            head = heads[cell["name"]]
+            assert head["shown"], head
+            assert abs(head["left"] - cell["left"]) <= 1, (head, cell)
+            assert abs(head["right"] - cell["right"]) <= 1, (head, cell)
+        assert len({round(c["top"]) for c in counts}) == 1, f"{queue}: the counts share a line"
+        beneath = max(c["bottom"] for c in counts)
+        diagnostics = [c for c in cells if c["name"] not in (*COUNTS, "queue", "state", "role")]
+        assert {c["name"] for c in diagnostics} >= {"last error", "counting", "tracked jobs"}
+        for cell in diagnostics:
+            assert cell["top"] >= beneath - 1, (queue, cell)
+            assert cell["left"] >= 0, (queue, cell)
+            assert cell["right"] <= NARROW, (queue, cell)
+            assert not heads[cell["name"]]["shown"]  # labelled in its cell instead
+    orders = {c["name"]: c["text"] for c in narrow["rows"]["orders"]}
+    assert (orders["pending"], orders["running"], orders["dead"]) == ("34", "4", "2")
+    # Wide, the page is one table: every cell of a queue on one line.
+    for queue, cells in wide["rows"].items():
+        assert len({round(c["top"]) for c in cells}) == 1, queue
+
+    assert png_size(shot.read_bytes()) == (NARROW, 900)
+    assert_both_badges_drawn(shot)

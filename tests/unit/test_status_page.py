@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 
 from exporter import __version__
-from exporter.model import ConfigStatus, Health, QueueStatus
+from exporter.model import ConfigStatus, Health, QueueStatus, SlotHealth
 from exporter.profiles import PRESETS
 from exporter.profiles.mapping import coverage_of
 from exporter.vocabulary import DOCS_URL
@@ -43,11 +43,18 @@ def down(name: str = "mails") -> QueueStatus:
 def test_each_queue_shows_state_role_success_error_time_tracked_and_counts() -> None:
     parsed = RenderedPage(page(healthy(), down()))
     orders, mails = parsed.rows["orders"], parsed.rows["mails"]
-    assert orders[:5] == ["orders", "job · profile default", "up", "leader", "12 s ago"]
-    assert "none" in orders  # no error
-    # collection time, tracked jobs, job types, pending, running, dead, done (not counted),
-    # stuck, oldest
-    assert orders[6:] == ["4.2 ms", "4", "2", "3", "1", "4", DASH, "1", "12 s"]
+    # The counts come right after the queue, its state and role: what a person came for.
+    assert orders == [
+        "orders", "job · profile default", "up", "leader",
+        "3", "1", "4", DASH, "1", "12 s",  # pending, running, dead, done (not counted), stuck, oldest
+        "12 s ago", "none", "4.2 ms", "polling", "4", "2",  # then the diagnostics
+    ]  # fmt: skip
+    assert RenderedPage(page(healthy())).cells["orders"] == {
+        "queue": "orders job · profile default", "state": "up", "role": "leader",
+        "pending": "3", "running": "1", "dead": "4", "done": DASH, "stuck": "1",
+        "oldest pending": "12 s", "last success": "12 s ago", "last error": "none",
+        "collection": "4.2 ms", "counting": "polling", "tracked jobs": "4", "job types": "2",
+    }  # fmt: skip
     assert mails[:4] == [
         "mails",
         "job · profile default",
@@ -148,6 +155,52 @@ def test_a_preset_queue_shows_dashes_for_what_its_profile_cannot_tell() -> None:
     coverage = coverage_of(PRESETS["procrastinate"].capabilities)
     v = view("tasks", coverage=coverage, snapshot=replace(view().snapshot, dead=None))
     parsed = RenderedPage(page(QueueStatus(v, None, None, None)))
-    # tracked jobs (what its reader holds), job types, then pending, running, dead (held:
-    # not exported), done
-    assert parsed.rows["tasks"][7:12] == ["4", "2", "3", "1", DASH]
+    cells = parsed.cells["tasks"]
+    # pending, running, dead (held: not exported), done; tracked jobs (what its reader holds)
+    assert [cells[name] for name in ("pending", "running", "dead", "done")] == [
+        "3",
+        "1",
+        DASH,
+        DASH,
+    ]
+    assert (cells["tracked jobs"], cells["job types"]) == ("4", "2")
+
+
+def test_a_logical_queue_shows_its_counting_mode_and_slot_lag() -> None:
+    slot = SlotHealth(
+        lag_bytes=3 * 1024 * 1024 + 419_430, retained_bytes=8 << 20, wal_status="reserved",
+        safe_wal_bytes=1 << 30, gaps=0,
+    )  # fmt: skip
+    streamed = QueueStatus(view("events", slot=slot), None, None, None, counting="logical")
+    text = page(healthy(), streamed)
+    cells = RenderedPage(text).cells
+    assert cells["orders"]["counting"] == "polling"
+    assert cells["events"]["counting"] == "logical slot lag 3.4 MiB"
+    assert f"{slot.lag_bytes:,} bytes of WAL not yet confirmed" in text  # the exact figure
+
+
+def test_slot_lag_is_in_bytes_below_a_kibibyte_and_names_a_slot_at_risk() -> None:
+    small = SlotHealth(
+        lag_bytes=812, retained_bytes=812, wal_status="reserved", safe_wal_bytes=None, gaps=0
+    )
+    at_risk = replace(small, lag_bytes=5 << 30, wal_status="unreserved", gaps=2)
+    rows = RenderedPage(
+        page(
+            QueueStatus(view("a", slot=small), None, None, None, counting="logical"),
+            QueueStatus(view("b", slot=at_risk), None, None, None, counting="logical"),
+        )
+    ).cells
+    assert rows["a"]["counting"] == "logical slot lag 812 B"
+    assert rows["b"]["counting"] == "logical slot lag 5.0 GiB · unreserved · 2 gaps"
+
+
+def test_a_logical_queue_without_a_slot_report_says_why() -> None:
+    standby = view("s", leader=False, collector=False, snapshot=None, tallies=None)
+    rows = RenderedPage(
+        page(
+            QueueStatus(standby, None, None, None, counting="logical"),
+            QueueStatus(view("t", slot=None), None, None, None, counting="logical"),
+        )
+    ).cells
+    assert rows["s"]["counting"] == "logical slot lag: another exporter reads the slot"
+    assert rows["t"]["counting"] == "logical slot lag: no report yet"
