@@ -32,7 +32,7 @@ from exporter.settings.secrets import (
     read_password_file,
     redact_dsn,
 )
-from exporter.settings.table import TableMapping, parse_mapping
+from exporter.settings.table import TableMapping, parse_mapping, without_result
 from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
 from exporter.vocabulary import DEFAULT_PROFILE
 
@@ -94,9 +94,7 @@ def _section_values(
         return values
     for section, content in body.items():
         where = f"{prefix}{section}"
-        if section not in sections:
-            continue
-        if content is None:
+        if section not in sections or content is None:
             continue
         if not isinstance(content, dict):
             errors.append(
@@ -229,10 +227,11 @@ def _queue(
             f"{table.origin}: a table mapping is for the default profile; the {profile} preset "
             f"reads its library's own tables{table.lines.get('', '')}"
         )
+    mapping = table if table is not None else TableMapping(name=database.table)
+    collect = without_result(mapping, collect, values, prefix, errors)
     if len(errors) > before:
         return None
     assert isinstance(profile, str)
-    mapping = table if table is not None else TableMapping(name=database.table)
     return QueueSettings(
         name=name, database=database, collect=collect, profile=profile, table=mapping
     )

@@ -496,6 +496,7 @@ def health_cases() -> list[Case]:
     # Folded now and then, with 3 minutes of failed scrapes: the gap window bridges both.
     folded = "1 0 " * 25 + "stale _x5 " + "1 0 " * 50
     unmapped = "jobqueue_exporter_unmapped_status_rows_total"
+    unstamped = "jobqueue_exporter_unstamped_changes_total"
     return [
         Case(
             "JobQueueDatabaseUnreachable fires when both pods report jobqueue_up 0 for 3m",
@@ -682,6 +683,41 @@ def health_cases() -> list[Case]:
             value=1,
             labels=lab(),
             silent_at=("1h25m",),
+        ),
+        # The first unstamped completion is found within two intervals; one is proof enough,
+        # and the pods of a rollout are summed over every status found.
+        Case(
+            "JobQueueUnstampedChanges fires a minute after jobs change without a stamp",
+            "JobQueueUnstampedChanges",
+            [
+                s(unstamped, "0x20 4x100", status="done"),
+                s(unstamped, "0x20 1x100", status="pending", instance="b"),
+                s(unstamped, "0x150", status="dead"),
+                s(unstamped, "2x150", status="done", queue="q2"),
+            ],
+            fire_at="11m30s",
+            value=5,
+            labels=lab(),
+            silent_at=("11m",),
+        ),
+        Case(
+            "JobQueueUnstampedChanges fires on one change and resolves once the hour is past",
+            "JobQueueUnstampedChanges",
+            [s(unstamped, "0x20 1x200", status="running")],
+            fire_at="1h",
+            value=1,
+            labels=lab(),
+            silent_at=("1h25m",),
+        ),
+        Case(
+            "JobQueueUnstampedChanges stays silent while every change is stamped",
+            "JobQueueUnstampedChanges",
+            [
+                *(s(unstamped, "0x200", status=st) for st in ("pending", "running", "done")),
+                s(unstamped, "3x200", status="done", queue="q2"),
+            ],
+            silent_at=("10m", "1h20m"),
+            quiet_at=("10m", "1h20m"),
         ),
         Case(
             "JobQueueUnmappedStatus stays silent on a constant count and an hour after the last row",
