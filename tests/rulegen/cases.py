@@ -340,18 +340,43 @@ def counter_cases() -> list[Case]:
             silent_at=("10m", "25m"),
         ),
         Case(
-            "JobQueueMalformedRows fires when a tenth of the completions lose their cost",
+            "JobQueueMalformedRows fires when a tenth of the completions lose their total cost",
             "JobQueueMalformedRows",
             [
-                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="cost"),
-                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="result"),
+                s("jobqueue_exporter_malformed_rows_total", "0+1x200", field="total_usd"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.25x200", field="result"),
                 s(done, "0+5x200", job_type="crawl"),
                 s(done, "0+5x200", job_type="mail"),
             ],
             fire_at="16m",
             value=0.1,
-            labels=lab(),
+            labels=lab(field="total_usd"),
             silent_at=("15m",),
+        ),
+        # Every completion has a malformed duration, and a few a malformed cost too: a share
+        # of rows is at most 100 %. Summed over the fields (the old rule) it read 104 %.
+        Case(
+            "JobQueueMalformedRows reads each field's share of the rows, never above 100%",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+10x200", field="duration_ms"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="ai_usd"),
+                s(done, "0+10x200", job_type="crawl"),
+            ],
+            fire_at="16m",
+            value=1,
+            labels=lab(field="duration_ms"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueMalformedRows stays silent when two fields of the same rows are at 4% each",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="ai_usd"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="total_usd"),
+                s(done, "0+10x200", job_type="crawl"),
+            ],
+            silent_at=("16m", "30m", "1h30m"),
         ),
         # Counters of two pods (a rollout): summed, so the value is 3 where a max would say 2.
         Case(
