@@ -343,7 +343,14 @@ def counter_cases() -> list[Case]:
             "JobQueueMalformedRows fires when a tenth of the completions lose their total cost",
             "JobQueueMalformedRows",
             [
-                s("jobqueue_exporter_malformed_rows_total", "0+1x200", field="total_usd"),
+                # A rollout: the old and the new pod each read half of them, summed.
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="total_usd"),
+                s(
+                    "jobqueue_exporter_malformed_rows_total",
+                    "0+0.5x200",
+                    field="total_usd",
+                    instance="b",
+                ),
                 s("jobqueue_exporter_malformed_rows_total", "0+0.25x200", field="result"),
                 s(done, "0+5x200", job_type="crawl"),
                 s(done, "0+5x200", job_type="mail"),
@@ -354,7 +361,8 @@ def counter_cases() -> list[Case]:
             silent_at=("15m",),
         ),
         # Every completion has a malformed duration, and a few a malformed cost too: a share
-        # of rows is at most 100 %. Summed over the fields (the old rule) it read 104 %.
+        # of rows is at most 100 %. Summed over the fields (the old rule) it read 104 %. Read
+        # after the first hour, when both windows are full.
         Case(
             "JobQueueMalformedRows reads each field's share of the rows, never above 100%",
             "JobQueueMalformedRows",
@@ -363,7 +371,7 @@ def counter_cases() -> list[Case]:
                 s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="ai_usd"),
                 s(done, "0+10x200", job_type="crawl"),
             ],
-            fire_at="16m",
+            fire_at="1h10m",
             value=1,
             labels=lab(field="duration_ms"),
             silent_at=("15m",),
