@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -64,6 +65,22 @@ SELECT 'app.jobs.kind_' || job_type,
 FROM job ORDER BY created_at;
 CREATE INDEX tasks_claim_idx ON app.tasks (prio, inserted_at) WHERE state = 'queued';
 """
+# The same rows as Rails keeps them: every time column a timestamp without time zone in UTC,
+# and no result column (issue 35); read with table.timestamps.time_zone: UTC.
+RAILS = replace(
+    MAPPING,
+    name="app.rails",
+    columns={role: column for role, column in MAPPING.columns.items() if role != "result"},
+    time_zone="UTC",
+)
+_NAIVE = ("locked_until", "not_before", "started_at", "inserted_at", "changed_at")
+RAILS_COPY = f"""
+CREATE TABLE app.rails AS
+SELECT id, kind, state, prio, payload, dedupe_key, tries, max_tries, locked_by,
+       {", ".join(f"{c} AT TIME ZONE 'UTC' AS {c}" for c in _NAIVE)}, error
+FROM app.tasks ORDER BY id;
+ALTER TABLE app.rails ADD PRIMARY KEY (id);
+"""
 
 
 async def prepare(dsn: str, rows: int) -> None:
@@ -72,9 +89,11 @@ async def prepare(dsn: str, rows: int) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         await conn.execute(COPY)
-        for statement in index_statements(MAPPING):
+        await conn.execute(RAILS_COPY)
+        for statement in [*index_statements(MAPPING), *index_statements(RAILS)]:
             await conn.execute(statement.sql)
         await conn.execute("VACUUM (ANALYZE) app.tasks")
+        await conn.execute("VACUUM (ANALYZE) app.rails")
         await conn.execute("CHECKPOINT")
     finally:
         await conn.close()
@@ -82,7 +101,8 @@ async def prepare(dsn: str, rows: int) -> None:
 
 async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, Any]]:
     """Median cycle time (ms) of both tables over interleaved cycles, with their plans."""
-    tables = {"job (reference)": TableMapping(), "app.tasks (mapped)": MAPPING}
+    tables = {"job (reference)": TableMapping(), "app.tasks (mapped)": MAPPING,
+              "app.rails (timestamp in UTC, no result)": RAILS}  # fmt: skip
     out: dict[str, dict[str, Any]] = {n: {"cycles": [], "recounts": []} for n in tables}
     pollers = {name: await started_poller(bench_queue(dsn, mapping))
                for name, mapping in tables.items()}  # fmt: skip
@@ -101,13 +121,16 @@ async def compare(dsn: str, cycles: int, pause: float) -> dict[str, dict[str, An
                 sql = render_queries(tables[name], shape)
                 since = await conn.fetchval("SELECT now() - interval '1 second'")
                 paths = ResultPaths().query_args()
-                out[name]["explain_ms"] = {
-                    "snapshot": (await explain(conn, sql["snapshot"], 600.0)).ms,
-                    "dead": (await explain(conn, sql["dead"])).ms,
-                    "changes_after": (
-                        await explain(conn, sql["changes_after"], since, NIL, FOREVER, 5000, *paths)
-                    ).ms,
+                plans = {
+                    "snapshot": await explain(conn, sql["snapshot"], 600.0),
+                    "dead": await explain(conn, sql["dead"]),
+                    "changes_after": await explain(
+                        conn, sql["changes_after"], since, NIL, FOREVER, 5000, *paths
+                    ),
                 }
+                out[name]["explain_ms"] = {n: plan.ms for n, plan in plans.items()}
+                out[name]["scans"] = {n: [s for s in plan.nodes if "Scan" in s]
+                                      for n, plan in plans.items()}  # fmt: skip
         finally:
             await conn.close()
     finally:
@@ -143,6 +166,9 @@ def main() -> None:
         plans = ", ".join(f"{ms:.2f}" for ms in figures["explain_ms"].values())
         recount = median(figures["recounts"]) if figures["recounts"] else float("nan")
         print(f"| {name} | {median(figures['cycles']):.2f} | {recount:.2f} | {plans} |")
+    print("\n| table | scans: snapshot; dead; changes_after |\n|---|---|")
+    for name, figures in result.items():
+        print(f"| {name} | {'; '.join(', '.join(s) for s in figures['scans'].values())} |")
 
 
 if __name__ == "__main__":

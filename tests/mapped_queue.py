@@ -1,5 +1,6 @@
-"""A home-grown queue table, ``app.tasks``: the reference queue's SQL translated statement for
-statement, and the table: mapping that describes it (the one issue 20 gives).
+"""Home-grown queue tables: ``app.tasks``, the reference queue's SQL translated statement for
+statement, and the table: mapping that describes it (the one issue 20 gives); and ``jobs``, a
+Rails-style table (``timestamp(6) without time zone`` written in UTC, no result column).
 
 Every column is renamed, ``state`` holds text (queued, active, finished, failed), ``kind`` holds
 text job types and ``id`` is a bigint. The fleet drives it through :class:`TasksQueue` exactly as
@@ -15,7 +16,7 @@ from typing import Any
 import asyncpg
 
 from exporter.counting.sqltext import index_statements
-from exporter.demo.queue import LEASE_EXPIRED_MARKER, JobQueue
+from exporter.demo.queue import LEASE_EXPIRED_MARKER, JobQueue, Transition
 from exporter.settings import QueueSettings, load_settings
 from exporter.settings.table import TableMapping
 
@@ -165,5 +166,117 @@ async def prepare_tasks(dsn: str, mapping: TableMapping, *, indexes: bool = True
         if indexes:
             for statement in index_statements(mapping):
                 await conn.execute(statement.sql)
+    finally:
+        await conn.close()
+
+
+# --- A Rails-style table: timestamp(6) without time zone written in UTC, no result column ------
+
+RAILS_YAML = """\
+queues:
+  - name: rails
+    database: {dsn: "postgresql://app@db.invalid/app"}
+    table:
+      name: jobs
+      columns: {job_id: id, job_type: job_class, status: state, worker_id: locked_by,
+                lease_until: locked_until, run_after: run_at, run_started_at: started_at,
+                result: null}
+      status_values: {pending: queued, running: running, done: finished, dead: failed}
+      timestamps: {time_zone: UTC}
+"""
+
+RAILS_DDL = """
+CREATE TABLE jobs (
+    id           bigserial    PRIMARY KEY,
+    job_class    varchar      NOT NULL,
+    state        varchar      NOT NULL DEFAULT 'queued',
+    priority     integer      NOT NULL DEFAULT 100,
+    payload      jsonb        NOT NULL DEFAULT '{}'::jsonb,
+    dedupe_key   varchar,
+    attempts     integer      NOT NULL DEFAULT 0,
+    max_attempts integer      NOT NULL DEFAULT 3,
+    locked_by    varchar,
+    locked_until timestamp(6) without time zone,
+    run_at       timestamp(6) without time zone NOT NULL DEFAULT timezone('UTC', now()),
+    started_at   timestamp(6) without time zone,
+    last_error   text,
+    created_at   timestamp(6) without time zone NOT NULL DEFAULT timezone('UTC', now()),
+    updated_at   timestamp(6) without time zone NOT NULL DEFAULT timezone('UTC', now())
+);
+CREATE INDEX jobs_claim_idx ON jobs (priority, created_at) WHERE state = 'queued';
+CREATE UNIQUE INDEX jobs_dedupe_active_uq
+    ON jobs (dedupe_key) WHERE state IN ('queued', 'running') AND dedupe_key IS NOT NULL;
+"""
+# What Rails writes into a timestamp column: the UTC wall clock, here the transaction's now().
+UTC_NOW = "timezone('UTC', now())"
+_RAILS_ROW = """id AS job_id, job_class AS job_type,
+    CASE state WHEN 'queued' THEN 1 WHEN 'running' THEN 2 WHEN 'finished' THEN 3
+               WHEN 'failed' THEN 4 END AS status,
+    attempts, max_attempts, locked_by AS worker_id,
+    created_at AT TIME ZONE 'UTC' AS created_at, run_at AT TIME ZONE 'UTC' AS run_after,
+    started_at AT TIME ZONE 'UTC' AS run_started_at, updated_at AT TIME ZONE 'UTC' AS updated_at,
+    locked_until AT TIME ZONE 'UTC' AS lease_until, last_error, NULL::jsonb AS result"""
+
+
+def _rails(statement: str) -> str:
+    """One of TasksQueue's statements on the Rails table: its names, its UTC wall clock."""
+    for old, new in (
+        (_ROW, _RAILS_ROW), ("app.tasks", "jobs"), ("'active'", "'running'"),
+        ("kind", "job_class"), ("prio,", "priority,"), ("tries", "attempts"),
+        ("not_before", "run_at"), ("inserted_at", "created_at"), ("changed_at", "updated_at"),
+        ("error = ", "last_error = "), ("coalesce(error", "coalesce(last_error"),
+        ("now()", UTC_NOW),
+    ):  # fmt: skip
+        statement = statement.replace(old, new)
+    return statement
+
+
+class RailsQueue(TasksQueue):
+    """The reference queue's statements on a Rails-style table (no result: a worker's is lost)."""
+
+    ENQUEUE, CLAIM, RENEW = (_rails(s) for s in (TasksQueue.ENQUEUE, TasksQueue.CLAIM,
+                                                 TasksQueue.RENEW))  # fmt: skip
+    FAIL, REAP, REQUEUE = (_rails(s) for s in (TasksQueue.FAIL, TasksQueue.REAP,
+                                               TasksQueue.REQUEUE))  # fmt: skip
+    DEAD_LETTERS = _rails(TasksQueue.DEAD_LETTERS)
+    DEAD_COUNT = (
+        "SELECT job_class AS job_type, count(*) AS n FROM jobs WHERE state = 'failed' GROUP BY 1"
+    )
+    COMPLETE = f"""
+UPDATE jobs SET state = 'finished', locked_until = NULL, locked_by = NULL, updated_at = {UTC_NOW}
+WHERE id = $1 AND state = 'running' AND locked_by = $2
+RETURNING {_RAILS_ROW}
+"""
+
+    @classmethod
+    def job_type_of(cls, number: int) -> int | str:
+        """Rails names a job by its class."""
+        return f"Kind{number}Job"
+
+    async def complete(self, job_id: Any, worker_id: str, result: Any) -> Transition | None:
+        """Mark the job done; the table keeps no result, so the worker's is dropped."""
+        row = await self.conn.fetchrow(self.COMPLETE, job_id, worker_id)
+        return None if row is None else Transition.from_row("complete", row)
+
+
+def rails_queue(path: Path, dsn: str) -> QueueSettings:
+    """The Rails-style queue as the configuration loader reads RAILS_YAML, pointed at ``dsn``."""
+    path.write_text(RAILS_YAML.replace("postgresql://app@db.invalid/app", dsn))
+    (queue,) = load_settings(str(path), {}, {}).queues
+    return queue
+
+
+async def prepare_rails(dsn: str, mapping: TableMapping, *, time_zone: str) -> None:
+    """Create the Rails-style table and the exporter's indexes, and make ``time_zone`` every
+    later session's TimeZone in this database (the writers still write UTC, as Rails does)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(RAILS_DDL)
+        for statement in index_statements(mapping):
+            await conn.execute(statement.sql)
+        await conn.execute(
+            f"DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET timezone TO %L', "
+            f"current_database(), '{time_zone}'); END $$"
+        )
     finally:
         await conn.close()

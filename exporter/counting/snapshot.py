@@ -90,3 +90,12 @@ def _active_stats(p: Row | None, r: Row | None) -> ActiveStats:
         lease_expired_oldest=max(0.0, r["lease_expired_oldest"]) if r else 0.0,
         running_oldest=max(0.0, r["running_oldest"]) if r else 0.0,
     )
+
+
+def active_counts(rows: Sequence[Row]) -> dict[int, int]:
+    """The snapshot's PENDING and RUNNING rows in the whole table, by status."""
+    counts: dict[int, int] = {PENDING: 0, RUNNING: 0}
+    for r in rows:
+        if r["kind"] in counts:
+            counts[r["kind"]] += r["jobs"]
+    return counts

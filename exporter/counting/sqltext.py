@@ -15,15 +15,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 
+from exporter.counting.status_rule import CANCELLED, IGNORED, UNMAPPED
 from exporter.counting.statuses import SQL_CHARS
 from exporter.model import NIL, REFERENCE_SHAPE, TableShape
 from exporter.settings import QueueSettings
 from exporter.settings.table import (
     ROLES,
+    TIME_ROLES,
     TableMapping,
     quote_identifier,
     quote_table,
     sql_literal,
+    time_zone_sql,
 )
 from exporter.vocabulary import Status
 
@@ -56,17 +59,22 @@ def horizon_sessions() -> str:
 
 
 def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
-    values = {role: quote_identifier(mapping.column(role)) for role in ROLES}
+    values = {role: quote_identifier(mapping.column(role)) for role in ROLES if mapping.has(role)}
     values["table"] = quote_table(mapping.name)
+    values["result_value"] = values.get("result", "NULL::jsonb")  # a table may have none
     for status in Status:
         values[status.label] = sql_literal(mapping.value(status))
-    column = values["status"]
-    if mapping.reference_statuses:
-        values["status_code"] = column
-    else:
-        cases = " ".join(f"WHEN {values[s.label]} THEN {int(s)}" for s in Status)
-        # A value outside the four (a status of the table's own) reads as none of them: 0.
-        values["status_code"] = f"CASE {column} {cases} ELSE 0 END"
+    values["status_code"] = _status_code(mapping, values["status"])
+    # A timestamp without time zone is read as an instant in its writers' declared zone; the
+    # cursor's bounds are converted instead of the column, so its index still serves them.
+    zone = time_zone_sql(mapping.time_zone) if mapping.time_zone else None
+    for role in TIME_ROLES:
+        naive = zone is not None and role in shape.naive_times
+        values[f"{role}_tz"] = f"({values[role]} AT TIME ZONE {zone})" if naive else values[role]
+    naive_cursor = zone is not None and "updated_at" in shape.naive_times
+    for name, param in (("since", "$1"), ("until", "$3")):
+        at = f"{param}::timestamptz"
+        values[name] = f"({at} AT TIME ZONE {zone})" if naive_cursor else at
     job_type = values["job_type"]
     if shape.job_type_text:
         values["job_type_out"] = f"left({job_type}::text, {JOB_TYPE_SQL_CHARS})"
@@ -81,6 +89,16 @@ def _placeholders(mapping: TableMapping, shape: TableShape) -> dict[str, str]:
     values["cursor_nil"] = sql_literal(NIL)
     values["sessions"] = horizon_sessions()
     return values
+
+
+def _status_code(mapping: TableMapping, column: str) -> str:
+    """The status as the counting reads it: the four as 1-4, the values the mapping counts as
+    cancelled or ignores as their codes, anything else 0 (exporter/counting/status_rule.py)."""
+    codes = [(mapping.value(s), int(s)) for s in Status]
+    codes += [(value, CANCELLED) for value in mapping.cancelled]
+    codes += [(value, IGNORED) for value in mapping.ignored]
+    cases = " ".join(f"WHEN {sql_literal(value)} THEN {code}" for value, code in codes)
+    return f"CASE {column} {cases} ELSE {UNMAPPED} END"
 
 
 def render_queries(

@@ -1,12 +1,14 @@
 """Status values the table mapping does not name, found where the exporter looks anyway.
 
-A row whose status is none of the four ``table.status_values`` is in no count: not in the jobs by
-status, not completed, not dead. A typo there (``dead: dead`` where the table writes ``failed``)
-would otherwise export zeros that look right. Two places show such values: the planner's
-statistics of the status column (read at the first collection and at each dead-letter recount;
-absent until the table is first analyzed), and the changed rows each cycle reads. Changed rows
-are counted; each distinct value is named once, at most :data:`MAX_NAMED` of them, so memory
-stays bounded whatever the table holds. No I/O: the notices go to the poller, which logs them.
+A row whose status is none of the values ``table.status_values`` names (the four, and the values
+counted as cancelled or ignored) is in no count: not in the jobs by status, not completed, not
+failed, not dead (exporter/counting/status_rule.py). A typo there (``dead: dead`` where the table
+writes ``failed``) would otherwise export zeros that look right. Two places show such values:
+the planner's statistics of the status column (read at the first collection and at each
+dead-letter recount; absent until the table is first analyzed), and the changed rows each cycle
+reads. Changed rows are counted; each distinct value is named once, at most :data:`MAX_NAMED`
+of them, so memory stays bounded whatever the table holds. No I/O: the notices go to the
+poller, which logs them.
 """
 
 from __future__ import annotations
@@ -42,14 +44,18 @@ _SYNONYMS: dict[Status, frozenset[str]] = {
         {"dead", "failed", "failure", "errored", "discarded", "killed", "dead_letter", "buried"}
     ),
 }
+# Words for a cancelled job: such a value hints at status_values.cancelled.
+_CANCELLED_WORDS = frozenset({"cancelled", "canceled", "aborted", "revoked"})
 
 ROW_MESSAGE = (
-    "a changed row's status is none of the four mapped status values: the row is in no count "
-    "but the unmapped status rows; check the setting named"
+    "a changed row's status is none of the mapped status values: the row is in no count "
+    "but the unmapped status rows; check the setting named (a status of the table's own is "
+    "named under it as cancelled, or as ignore)"
 )
 STATS_MESSAGE = (
-    "the status column holds a value none of the four mapped status values matches (planner "
-    "statistics of the last ANALYZE): its rows are in no count; check the setting named"
+    "the status column holds a value none of the mapped status values matches (planner "
+    "statistics of the last ANALYZE): its rows are in no count; check the setting named (a "
+    "status of the table's own is named under it as cancelled, or as ignore)"
 )
 OVERFLOW_MESSAGE = (
     f"more than {MAX_NAMED} distinct unmapped status values: further ones are counted "
@@ -59,13 +65,15 @@ OVERFLOW_MESSAGE = (
 
 @dataclass(frozen=True)
 class StatusValues:
-    """The four values a queue's status column holds, and where the configuration sets them."""
+    """The four values a queue's status column holds, the values of its own the mapping counts
+    as cancelled or ignores, and where the configuration sets them."""
 
     values: Mapping[str, int | str] = field(default_factory=lambda: dict(REFERENCE_STATUS_VALUES))
     setting: str = "table.status_values"  # the field path to fix
     location: str = ""  # file:line of the setting, when a file wrote it
     table: str = "job"
     column: str = "status"
+    known: tuple[int | str, ...] = ()  # status_values.cancelled and .ignore
 
     @classmethod
     def of(cls, mapping: TableMapping) -> StatusValues:
@@ -77,6 +85,7 @@ class StatusValues:
             line.strip().removeprefix("(").removesuffix(")"),
             mapping.name,
             mapping.column("status"),
+            (*mapping.cancelled, *mapping.ignored),
         )
 
     @property
@@ -85,8 +94,8 @@ class StatusValues:
         return all(isinstance(v, int) for v in self.values.values())
 
     def texts(self) -> set[str]:
-        """The four values as the column's text output spells them."""
-        return {str(v) for v in self.values.values()}
+        """Every named value (the four, cancelled, ignored) as the column's text spells them."""
+        return {str(v) for v in (*self.values.values(), *self.known)}
 
 
 def show_status(text: str | None, *, numeric: bool) -> str:
@@ -113,9 +122,12 @@ def closest_status(text: str | None, statuses: StatusValues, seen: Iterable[str]
     if close:
         return f"status_values.{by_value[close[0]]}: {text}"
     present = set(seen)
+    word = text.strip().lower()
     for status, words in _SYNONYMS.items():
-        if text.strip().lower() in words and str(statuses.values[status.label]) not in present:
+        if word in words and str(statuses.values[status.label]) not in present:
             return f"status_values.{status.label}: {text}"
+    if word in _CANCELLED_WORDS:
+        return f"status_values.cancelled: {text}"
     return ""
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 from exporter.counting.results import classify, decode_result, split_error
+from exporter.counting.status_rule import CANCELLED, COUNTED, IGNORED, UNMAPPED, status_change
 from exporter.counting.statuses import count_unmapped, show_status
 from exporter.counting.tracker import TrackerOptions
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobType, Tallies
@@ -48,17 +49,26 @@ class StreamFold:
         self._job_type = column("job_type")
         self._attempts = column("attempts")
         self._last_error = column("last_error")
-        self._result = column("result")
+        # A table without result (every path null): no cost, the run time from the row.
+        self._result = column("result") if mapping.has("result") else None
         self._updated_at = column("updated_at")
         self._started = column("run_started_at")
         self._run_after = column("run_after")
         self._created = column("created_at")
-        self.columns = frozenset(column(role) for role in READ_ROLES)
+        self.columns = frozenset(column(role) for role in READ_ROLES if mapping.has(role))
         # An UPDATE's old row tells its status, a release (attempts lowered) and whether the
         # completing statement stamped updated_at.
         self.old_columns = frozenset((self.status, self._attempts, self._updated_at))
-        self._codes = {str(mapping.value(status)): int(status) for status in Status}
+        # Status codes as the polling SQL's CASE gives them (status_rule.py): the four, the
+        # values a mapping names as cancelled or ignored, and any other value (NULL included)
+        # unmapped.
+        codes = {str(mapping.value(status)): int(status) for status in Status}
+        codes.update((str(value), CANCELLED) for value in mapping.cancelled)
+        codes.update((str(value), IGNORED) for value in mapping.ignored)
+        self._codes = codes
         self._numeric = all(isinstance(v, int) for v in mapping.status_values.values())
+        # Timestamps without a time zone are read in the writers' declared zone.
+        self._zone = _zone(mapping.time_zone)
 
     def tally(self) -> ChangeTally:
         """A new tally with the queue's buckets."""
@@ -66,43 +76,31 @@ class StreamFold:
 
     def quiet(self, old: str | None, new: str | None) -> bool:
         """A claim (pending to running), a heartbeat (status unchanged) or a change of a DONE row
-        counts nothing, as long as the new status is a mapped one (an unmapped one is counted)."""
+        counts nothing, between two of the four statuses (any other value is counted)."""
         codes = self._codes
-        after = codes.get(new) if new is not None else None
-        if after is None:
+        after = codes.get(new, UNMAPPED) if new is not None else UNMAPPED
+        before = codes.get(old, UNMAPPED) if old is not None else UNMAPPED
+        if after not in COUNTED or before not in COUNTED:
             return False
-        if old == new:
-            return True
-        before = codes.get(old) if old is not None else None
-        return before == DONE or (before == PENDING and after == RUNNING)
+        return before in (after, DONE) or (before == PENDING and after == RUNNING)
 
     def count(self, change: RowChange, commit_time: float, tally: ChangeTally) -> None:
-        """Count one committed change."""
+        """Count one committed change, by the rule of exporter/counting/status_rule.py."""
         tally.changes += 1
         kind = change.kind
         new, old = change.new, change.old
         if kind == INSERT and new is not None:
-            tally.enqueued[tally.key(self._key(new))] += 1
-            after = self._status(new, tally)
             # A row inserted finished (an archive restore) is counted as if it had been
             # inserted pending and then changed, as polling counts a row it meets first.
-            if after is not None and after != PENDING:
-                self._transition(PENDING, after, {}, new, commit_time, tally)
+            self._change(None, new, {}, commit_time, tally)
         elif kind == UPDATE and new is not None:
             status = self.status
             if old is None or status not in old:
                 # An identity index sends no old key when none of its columns changed.
                 old = {**(old or {}), status: new.get(status)}
-            after = self._status(new, tally)
-            text = old[status]
-            before = self._codes.get(text) if text is not None else None
-            # Unmapped means uncounted: a change from or to a status the mapping does not name
-            # is in jobqueue_exporter_unmapped_status_rows_total (its new row) and nowhere else.
-            if after is not None and before is not None:
-                self._transition(before, after, old, new, commit_time, tally)
+            self._change(self._code(old[status]), new, old, commit_time, tally)
         elif kind == DELETE and old is not None:
-            text = old.get(self.status)
-            before = self._codes.get(text) if text is not None else None
+            before = self._code(old.get(self.status))
             if before in ACTIVE_NAMES:
                 # Gone before it finished (retention, a manual cleanup): not a completion.
                 tally.vanished[ACTIVE_NAMES[before]] += 1
@@ -112,6 +110,42 @@ class StreamFold:
         elif kind == TRUNCATE:
             tally.truncates += 1
 
+    def _change(
+        self, before: int | None, new: TextRow, old: TextRow, at: float, tally: ChangeTally
+    ) -> None:
+        """A move from status code ``before`` (None: an insert) to the new row's."""
+        if self.status not in new:
+            return  # a column list without the status: nothing to tell (refused at start)
+        text = new[self.status]
+        after = self._code(text)
+        change = status_change(before, after)
+        if change.unmapped:
+            shown = show_status(text, numeric=self._numeric)
+            tally.unmapped[shown] += 1
+            tally.unmapped_text.setdefault(shown, text)
+        if before == DEAD and after != DEAD:
+            tally.dead_delta[self._key(new)] -= 1  # it left the dead letter, for any value
+        if not (change.enqueued or change.cancelled or change.transition):
+            return
+        key = tally.key(self._key(new))
+        if change.enqueued:
+            tally.enqueued[key] += 1
+        if change.cancelled:
+            tally.cancelled[key] += 1
+        if change.transition:
+            # Back into the flow from outside it: as from a waiting job.
+            self._transition(before if before in COUNTED else PENDING, after, old, new, at, tally)
+
+    def _time(self, text: str | None) -> datetime | None:
+        """A timestamp's text output as an aware datetime (a naive one in the writers' zone)."""
+        moment = parse_time(text) if text is not None else None
+        if moment is not None and moment.tzinfo is None:
+            moment = moment.replace(tzinfo=self._zone)
+        return moment
+
+    def _code(self, text: str | None) -> int:
+        return UNMAPPED if text is None else self._codes.get(text, UNMAPPED)
+
     def _transition(
         self, before: int, after: int, old: TextRow, new: TextRow, at: float, tally: ChangeTally
     ) -> None:
@@ -120,7 +154,6 @@ class StreamFold:
         job_type = self._key(new)
         key = tally.key(job_type)
         if before == DEAD and after != DEAD:
-            tally.dead_delta[job_type] -= 1
             if after == PENDING:
                 tally.requeued[key] += 1
             return
@@ -155,7 +188,8 @@ class StreamFold:
         self, old: TextRow, new: TextRow, key: JobType, commit_time: float, tally: ChangeTally
     ) -> None:
         tally.completed[key] += 1
-        outcome = decode_result(new.get(self._result), self.options.paths)
+        result = new.get(self._result) if self._result is not None else None
+        outcome = decode_result(result, self.options.paths)
         for field_name in outcome.malformed:
             tally.malformed[field_name] += 1
         for component, usd in outcome.cost.items():
@@ -166,11 +200,11 @@ class StreamFold:
         # datetimes, exact to the microsecond as polling's SQL computes them (a difference of
         # two Unix times as floats is not).
         stamp = new.get(self._updated_at)
-        updated = _time(stamp) if stamp != old.get(self._updated_at) else None
+        updated = self._time(stamp) if stamp != old.get(self._updated_at) else None
         end = datetime.fromtimestamp(commit_time, UTC) if updated is None else updated
-        started = _time(new.get(self._started))
-        run_after = _time(new.get(self._run_after))
-        created = _time(new.get(self._created))
+        started = self._time(new.get(self._started))
+        run_after = self._time(new.get(self._run_after))
+        created = self._time(new.get(self._created))
         duration = outcome.duration_seconds
         if duration is None and started is not None:
             duration = max(0.0, (end - started).total_seconds())
@@ -179,18 +213,6 @@ class StreamFold:
             wait = max(0.0, ((started or run_after) - run_after).total_seconds())
         latency = max(0.0, (end - created).total_seconds()) if created is not None else None
         tally.observe(key, duration, wait, latency)
-
-    def _status(self, row: TextRow, tally: ChangeTally) -> int | None:
-        """The row's status code; an unmapped value is counted in the tally, once per row."""
-        if self.status not in row:
-            return None
-        text = row[self.status]
-        code = self._codes.get(text) if text is not None else None
-        if code is None:
-            shown = show_status(text, numeric=self._numeric)
-            tally.unmapped[shown] += 1
-            tally.unmapped_text.setdefault(shown, text)
-        return code
 
     def _key(self, row: TextRow) -> JobType:
         text = row.get(self._job_type)
@@ -248,8 +270,13 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _time(text: str | None) -> datetime | None:
-    return parse_time(text) if text is not None else None
+def _zone(declared: str | None) -> tzinfo:
+    """The writers' zone of naive timestamps: UTC, or a fixed offset ``+HH:MM``."""
+    if declared is None or declared.upper() == "UTC":
+        return UTC
+    sign = -1 if declared.startswith("-") else 1
+    hours, _, minutes = declared.lstrip("+-").partition(":")
+    return timezone(sign * timedelta(hours=int(hours), minutes=int(minutes or 0)))
 
 
 def parse_time(text: str) -> datetime | None:

@@ -12,7 +12,7 @@ docs/exactness.md for the argument and its limits.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.counting.deadids import DeadIds
@@ -24,7 +24,8 @@ from exporter.counting.results import (
     decode_result,
     split_error,
 )
-from exporter.counting.statuses import MAPPED_CODES, StatusValues, count_unmapped, show_status
+from exporter.counting.status_rule import COUNTED, code_name, status_change
+from exporter.counting.statuses import StatusValues, count_unmapped, show_status
 from exporter.counting.unseen import FRESH, Seen, attempts_ended, requeued_meanwhile
 from exporter.model import (
     DEAD,
@@ -62,9 +63,13 @@ class Tracker:
         self.labels = labels
         self.tallies = tallies
         self._known: dict[str, Seen] = {}
-        # The ids in _known whose state is DONE or DEAD: only these can be forgotten, and
-        # walking them alone keeps a cycle's cost off the size of the pending backlog.
+        # The ids in _known whose state is not PENDING or RUNNING (done, dead, or a status
+        # outside the four): only these can be forgotten, and walking them alone keeps a
+        # cycle's cost off the size of the pending backlog.
         self._finished: set[str] = set()
+        # How many jobs of _known are PENDING and RUNNING: compared with the table's count.
+        self._active: Counter[int] = Counter()
+        self._rotation = 0  # where the next partial recheck of suspects starts
         self._started_at: float | None = None  # database time of the baseline
         self._last_at: float | None = None  # database time of the last applied cycle
         # Dead jobs the tracker does not keep (dead at the baseline, or dead and forgotten
@@ -80,6 +85,8 @@ class Tracker:
         # Unmapped status values named for the first time: (as shown, the row's own text),
         # taken by the counting mode each cycle. At most MAX_NAMED + 1 in a lifetime.
         self.unmapped_new: list[tuple[str, str | None]] = []
+        # The first row found changed without a stamp, for the one log line that says so.
+        self.unstamped_first: JobRow | None = None
 
     @property
     def started(self) -> bool:
@@ -93,9 +100,10 @@ class Tracker:
 
     @property
     def held(self) -> int:
-        """How many finished (DONE or DEAD) jobs are kept only because the floor has not
-        passed them yet, as of the last cycle: a long transaction holds the floor back, and
-        these grow by one per job finished meanwhile (docs/exactness.md)."""
+        """How many finished jobs (DONE, DEAD, or in a status outside the four) are kept only
+        because the floor has not passed them yet, as of the last cycle: a long transaction
+        holds the floor back, and these grow by one per job finished meanwhile
+        (docs/exactness.md)."""
         return self._held
 
     def since(self) -> float:
@@ -122,8 +130,9 @@ class Tracker:
         """
         self._known = {}
         self._finished = set()
+        self._active = Counter()
         for row in [*active, *changed]:
-            self._remember(row.job_id, Seen.of(row))
+            self._remember(row.job_id, Seen.of(row), self._known.get(row.job_id))
             self.labels.label(row.job_type)
         self.dead_ids = DeadIds(dead_ids)
         self._started_at = now
@@ -172,7 +181,47 @@ class Tracker:
             seen = self._known.pop(job_id, None)
             self._finished.discard(job_id)
             if seen is not None and seen.status in _ACTIVE_NAMES:
+                self._active[seen.status] -= 1
                 self.tallies.vanished[_ACTIVE_NAMES[seen.status]] += 1
+
+    def suspects(self, table: Mapping[int, int], floor: float, limit: int) -> list[str]:
+        """Tracked jobs to look up by id when the table holds fewer PENDING or RUNNING rows
+        (``table``, by status) than the tracker: those last read in such a status below
+        ``floor``, where no read returns them unless they change with a stamp. At most
+        ``limit``, a different slice each call when there are more."""
+        short = {s for s in _ACTIVE_NAMES if self._active[s] > table.get(s, 0)}
+        if not short:
+            return []
+        ids = [
+            job_id
+            for job_id, seen in self._known.items()
+            if seen.status in short and seen.updated_at < floor
+        ]
+        if len(ids) <= limit:
+            return ids
+        start = self._rotation % len(ids)
+        self._rotation = start + limit
+        return (ids[start:] + ids[:start])[:limit]
+
+    def settle_unread(self, asked: list[str], rows: list[JobRow], floor: float) -> None:
+        """Settle the suspects looked up by id (``rows``, the ones that exist): a missing one was
+        deleted (vanished); one whose row changed while its ``updated_at`` stayed below
+        ``floor`` changed without a stamp, and no read will ever return that change: it is
+        counted as unstamped, in no other count, and remembered as it is now. A change stamped
+        at or above ``floor`` is left to the change reads, which count it."""
+        found = {row.job_id: row for row in rows}
+        self.forget([job_id for job_id in asked if job_id not in found])
+        for row in rows:
+            known = self._known.get(row.job_id)
+            seen = Seen.of(row)
+            if known is None or known == seen or row.updated_at >= floor:
+                continue
+            self._remember(row.job_id, seen, known)
+            self.tallies.unstamped[code_name(row.status)] += 1
+            if row.status == DEAD:
+                self.dead_delta[row.job_type] += 1  # the dead-letter gauge follows the rows
+            if self.unstamped_first is None:
+                self.unstamped_first = row
 
     def _apply_row(self, row: JobRow) -> None:
         assert self._started_at is not None
@@ -180,31 +229,37 @@ class Tracker:
         seen = Seen.of(row)
         if known == seen:
             return  # read again (past the horizon's bound, or in a fallback window): counted
-        self._remember(row.job_id, seen)
-        if row.status not in MAPPED_CODES:
+        self._remember(row.job_id, seen, known)
+        # Dead at the baseline (or dead and forgotten since), changed now: it was DEAD.
+        dead_unknown = known is None and row.job_id in self.dead_ids
+        before = DEAD if dead_unknown else (known.status if known is not None else None)
+        change = status_change(before, row.status)  # the rule: exporter/counting/status_rule.py
+        if change.unmapped:
             self._count_unmapped(row)
         if row.updated_at <= self._started_at:
             return  # changed before the baseline: history, not a transition we saw
         label = self.labels.label(row.job_type)
         tallies = self.tallies
-        if known is None:
-            if row.job_id in self.dead_ids:
-                # Dead at the baseline (or dead and forgotten since), changed now: requeued.
-                self.dead_ids.discard(row.job_id)
-                tallies.requeued[label] += 1
-                self.dead_delta[row.job_type] -= 1
-            else:
-                # Neither active nor dead at the baseline, nor read since, and changed after
-                # it: its insert became visible after the baseline, whatever its created_at
-                # (an archive restore, a transaction prepared before the baseline).
-                tallies.enqueued[label] += 1
-            previous = FRESH
-        elif known.status == DEAD or known.status == DONE:
-            if known.status == DONE:
-                return  # DONE is terminal in the queue; a changed DONE row is not ours to count
+        if dead_unknown:
+            self.dead_ids.discard(row.job_id)
+        if change.enqueued:
+            # Not known before, or back from a status outside the four: its insert became
+            # visible after the baseline, whatever its created_at (an archive restore, a
+            # transaction prepared before the baseline), or it came back into the flow.
+            tallies.enqueued[label] += 1
+        if change.cancelled:
+            tallies.cancelled[label] += 1
+        if before == DEAD:
+            self.dead_delta[row.job_type] -= 1  # it left the dead letter (perhaps to die again)
+        if not change.transition:
+            return
+        if before == DEAD:
             tallies.requeued[label] += 1
-            self.dead_delta[row.job_type] -= 1
             previous = FRESH
+        elif known is None:
+            previous = FRESH
+        elif known.status not in COUNTED:
+            previous = known  # back into the flow: as a waiting job, with the attempts it had
         elif requeued_meanwhile(known, row):
             # The job died and was requeued between two cycles: its attempts went down, or a new
             # attempt started without the count going up. The attempts it had left all failed.
@@ -229,12 +284,15 @@ class Tracker:
         if key is not None:
             self.unmapped_new.append((key, row.status_text))
 
-    def _remember(self, job_id: str, seen: Seen) -> None:
+    def _remember(self, job_id: str, seen: Seen, known: Seen | None) -> None:
+        if known is not None and known.status in _ACTIVE_NAMES:
+            self._active[known.status] -= 1
         self._known[job_id] = seen
-        if seen.status == DONE or seen.status == DEAD:
-            self._finished.add(job_id)
-        else:
+        if seen.status in _ACTIVE_NAMES:
+            self._active[seen.status] += 1
             self._finished.discard(job_id)
+        else:
+            self._finished.add(job_id)
 
     def _count_since(self, previous: Seen, row: JobRow, label: str) -> None:
         """Count attempts that ended between ``previous`` and ``row`` (no requeue in between)."""

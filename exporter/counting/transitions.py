@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from exporter.counting.change_cursor import ChangeCursor
 from exporter.counting.horizon import Horizon
-from exporter.counting.snapshot import DeadLetter, gauges
+from exporter.counting.snapshot import DeadLetter, active_counts, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
 from exporter.counting.tracker import Tracker, TrackerOptions
+from exporter.counting.unstamped import unstamped_notice
 from exporter.model import (
     Collected,
     Cycle,
@@ -48,6 +49,7 @@ class CursorOptions:
     max_rows: int = 10_000
     stuck_threshold: float = 600.0
     done_count: bool = False
+    stamp: str = "job.updated_at"  # the table's updated_at column, for the unstamped notice
 
 
 @dataclass
@@ -99,6 +101,7 @@ class TransitionCursor:
         """One cycle: gauges, then the baseline's active rows or the changes past the cursor."""
         self._cycle += 1
         tracker, options = self.tracker, self.options
+        unstamped_before = sum(self.tallies.unstamped.values())  # said once per queue
         baseline = not tracker.started
         if baseline and self.feed.started:
             self.feed = self._new_feed()  # an earlier baseline failed after planning the cursor
@@ -132,29 +135,41 @@ class TransitionCursor:
             dead_ids = [r["job_id"] for r in (yield Query("dead_ids", self.sql["dead_ids"])) or ()]
         else:
             paths = options.tracker.paths.query_args()
+            read_all = True
             while (bounds := feed.chunk()) is not None:
                 query = Query("changes_after", self.sql["changes_after"], (*bounds, *paths), True)
                 rows = yield query
                 if rows is None:
+                    read_all = False
                     break  # the read budget is spent: the next cycle goes on from here
                 tracker.feed([_changed_row(r) for r in rows])
                 if not feed.took([(r["updated_key"], r["job_id"]) for r in rows]):
                     break
-        existing: set[str] | None = None
         if check_ids:
             found = (yield Query("existing", self.sql["existing"], (check_ids,))) or ()
             existing = {r["job_id"] for r in found}
+            # Rows read this cycle exist; anything else missing from the answer was purged.
+            tracker.forget([i for i in check_ids if i not in existing])
         if baseline:
             origin = feed.origin.timestamp() if feed.origin is not None else None
             tracker.baseline(now, active, [], origin=origin, dead_ids=dead_ids)
         else:
-            if check_ids and existing is not None:
-                # Rows read this cycle exist; anything else missing from the answer was purged.
-                tracker.forget([i for i in check_ids if i not in existing])
-            tracker.finish(now, floor=feed.floor())
+            floor = feed.floor()
+            if read_all and feed.caught_up and floor is not None:
+                # Every visible change is read now: the tracker's active jobs are the table's,
+                # unless a row changed (or went) without a stamp the reads can see.
+                suspects = tracker.suspects(active_counts(snapshot_rows), floor, options.max_rows)
+                if suspects:
+                    found = (yield Query("recheck", self.sql["recheck"], (suspects,))) or ()
+                    tracker.settle_unread(suspects, [_job_row(r) for r in found], floor)
+            tracker.finish(now, floor=floor)
         dead = self.dead_letter.update(self._cycle, dead_rows, tracker.dead_delta)
         snapshot = gauges(now, snapshot_rows, dead, done_rows, self.labels)
         notices += unmapped_notices(statuses, tracker.unmapped_new, self._stats_values)
+        if tracker.unstamped_first is not None:
+            if not unstamped_before:
+                notices.append(unstamped_notice(tracker.unstamped_first, options.stamp))
+            tracker.unstamped_first = None
         hidden = feed.horizon is not None and feed.horizon.hidden > 0
         return Collected(
             snapshot=snapshot,

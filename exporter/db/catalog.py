@@ -19,11 +19,13 @@ from exporter.db.pool import APPLICATION_NAME, Database, DatabaseError, connect,
 from exporter.model import TableShape
 from exporter.settings import ConfigError, QueueSettings
 from exporter.settings.table import (
+    CANCELLED_KEY,
     ENUM,
+    IGNORE_KEY,
     INTEGER_TYPES,
+    NAIVE_TIME,
     ROLES,
-    TIME_TYPES,
-    TIME_WHY,
+    TIME_ROLES,
     UNREAD_ROLES,
     USABLE,
     TableMapping,
@@ -33,6 +35,15 @@ from exporter.settings.yamlfile import suggest
 from exporter.vocabulary import Status
 
 MAPPING_DOCS = 'docs/configuration.md, "A home-grown table"'
+TIME_WANTED = (
+    "timestamptz, or a timestamp without time zone whose writers' zone the mapping declares "
+    "(table.timestamps.time_zone)"
+)
+NAIVE_REFUSED = (
+    "a timestamp without time zone is an instant only in the zone its writers used; declare "
+    "it in the table mapping, timestamps: {time_zone: UTC} (what Rails writes) or an offset "
+    "such as +02:00, or make the columns timestamptz"
+)
 
 COLUMNS_QUERY = """
 SELECT a.attname::text AS name,
@@ -99,10 +110,11 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
     # Roles left at their reference names are reported together: after a bare
     # --database.table every one of them may be missing, and one line says it.
     unnamed: list[str] = []
+    naive: dict[str, Column] = {}  # role -> its timestamp-without-time-zone column
     for role in ROLES:
+        if not mapping.has(role) or (role in UNREAD_ROLES and role not in mapping.named):
+            continue  # a role the table lacks (null), or one never read
         name = mapping.column(role)
-        if role in UNREAD_ROLES and role not in mapping.named:
-            continue
         column = found.get(name)
         if column is None:
             if role in mapping.named:
@@ -112,8 +124,13 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
             continue
         usable = USABLE.get(role)
         if usable is not None and column.base not in usable:
-            wanted = TIME_WHY if usable == TIME_TYPES else "one of " + ", ".join(sorted(usable))
+            wanted = TIME_WANTED if role in TIME_ROLES else "one of " + ", ".join(sorted(usable))
             fail(f"columns.{role}", f"column {name} is {column.declared}; {role} needs {wanted}")
+        elif column.base == NAIVE_TIME:
+            naive[role] = column
+    if naive and mapping.time_zone is None:
+        listed = ", ".join(f"{c.name} ({c.declared})" for c in naive.values())
+        fail("timestamps", f"{listed}: {NAIVE_REFUSED}")
     if unnamed:
         reference = "the reference names: a role a table: mapping does not name"
         fail("columns", f"no column {', '.join(unnamed)} ({reference})")
@@ -132,7 +149,7 @@ def check_mapping(mapping: TableMapping, columns: list[Column] | None) -> TableS
     job_id = found[mapping.column("job_id")]
     job_type = found[mapping.column("job_type")]
     padded = found[mapping.column("status")].base == "bpchar"
-    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES, padded)
+    return TableShape(job_id.base, job_type.base not in INTEGER_TYPES, padded, frozenset(naive))
 
 
 def missing_table(mapping: TableMapping) -> str:
@@ -140,7 +157,9 @@ def missing_table(mapping: TableMapping) -> str:
     and the two ways to point the exporter at the queue's real table."""
     key, line = mapping.where("name")
     wanted = ", ".join(
-        mapping.column(role) for role in ROLES if role not in UNREAD_ROLES or role in mapping.named
+        mapping.column(role)
+        for role in ROLES
+        if mapping.has(role) and (role not in UNREAD_ROLES or role in mapping.named)
     )
     return "\n".join(
         (
@@ -155,9 +174,10 @@ def missing_table(mapping: TableMapping) -> str:
 def _check_status_values(
     mapping: TableMapping, column: Column, fail: Callable[[str, str], None]
 ) -> None:
-    for status in Status:
-        value = mapping.value(status)
-        path = f"status_values.{status.label}"
+    values = [(f"status_values.{status.label}", mapping.value(status)) for status in Status]
+    values += [(f"status_values.{CANCELLED_KEY}", value) for value in mapping.cancelled]
+    values += [(f"status_values.{IGNORE_KEY}", value) for value in mapping.ignored]
+    for path, value in values:
         if column.base in INTEGER_TYPES and not isinstance(value, int):
             fail(path, f"{value!r} is text, but column {column.name} is {column.declared}")
         elif column.base not in INTEGER_TYPES and isinstance(value, int):

@@ -212,10 +212,17 @@ def _counter_families(view: QueueView) -> Iterator[Metric]:
         unmapped = _counter("jobqueue_exporter_unmapped_status_rows")
         unmapped.add_metric([q], sum(tallies.unmapped_status.values()))
         yield unmapped
+    if "unstamped" not in withheld:
+        unstamped = _counter("jobqueue_exporter_unstamped_changes")
+        for status in UNSTAMPED_STATUSES:
+            unstamped.add_metric([q, status], tallies.unstamped[status])
+        yield unstamped
 
 
 # The statuses a tracked job can vanish in: every series exists from the start.
 VANISHED_STATUSES = ("pending", "running")
+# The statuses a job can be found in after a change without a stamp (status_rule.code_name).
+UNSTAMPED_STATUSES = ("pending", "running", "done", "dead", "cancelled", "other")
 
 
 def _health_families(view: QueueView) -> Iterator[Metric]:

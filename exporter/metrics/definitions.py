@@ -124,7 +124,8 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "counter",
         (QUEUE, "job_type"),
         "Jobs cancelled (by hand or by the job itself) since the exporter started; only for "
-        f"presets whose library cancels jobs. {_EVERY}",
+        "presets whose library cancels jobs, and for a table mapping that names "
+        f"status_values.cancelled. {_EVERY}",
         "changes query",
     ),
     _d(
@@ -264,11 +265,21 @@ DEFINITIONS: tuple[MetricDefinition, ...] = (
         "jobqueue_exporter_unmapped_status_rows",
         "counter",
         (QUEUE,),
-        "Changed rows whose status is none of the four table.status_values (a typo there, or a "
-        "status of the table's own); such rows are in no other count. Each distinct value is "
-        "logged once and named on the status page. Counted from the rows each collection reads "
-        "in the background, not on scrape.",
+        "Changed rows whose status is none of the values table.status_values names (a typo "
+        "there, or a status of the table's own); such rows are in no other count. Each distinct "
+        "value is logged once and named on the status page. Counted from the rows each "
+        "collection reads in the background, not on scrape.",
         "changes query",
+    ),
+    _d(
+        "jobqueue_exporter_unstamped_changes",
+        "counter",
+        (QUEUE, "status"),
+        "Tracked pending or running jobs whose row changed without a new updated_at stamp "
+        "(polling cannot read such a change), by the status the row was found in (other: one "
+        "outside the four); they are in no other count. Looked for when the table holds fewer "
+        "active rows than the exporter tracks; collected every interval, not on scrape.",
+        "unstamped check",
     ),
     _d(
         "jobqueue_exporter_missing_index",

@@ -179,6 +179,9 @@ class Tallies:
     # Changed rows whose status is none of the four mapped values, by the value as shown
     # (at most statuses.MAX_NAMED of them, the rest under one key).
     unmapped_status: Counter[str] = field(default_factory=Counter)
+    # Tracked active jobs whose row changed without a new updated_at stamp, so no read of the
+    # changes returned it (counted in nothing else), by the status it was found in.
+    unstamped: Counter[str] = field(default_factory=Counter)
 
     def copy(self) -> Tallies:
         """An independent copy (the HTTP side renders from copies, never from live state)."""
@@ -190,6 +193,7 @@ class Tallies:
             {k: replace(v, counts=list(v.counts)) for k, v in self.wait.items()},
             {k: replace(v, counts=list(v.counts)) for k, v in self.latency.items()},
             Counter(self.cancelled), Counter(self.vanished), Counter(self.unmapped_status),
+            Counter(self.unstamped),
         )  # fmt: skip
 
     def counters(self) -> dict[str, dict[object, int]]:

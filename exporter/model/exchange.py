@@ -122,6 +122,8 @@ class TableShape:
     job_id_type: str = "uuid"  # the base type's name: uuid, int2/int4/int8, text, varchar
     job_type_text: bool = False  # text (or enum) job types instead of integers
     status_padded: bool = False  # a char(n) status column: its values carry trailing blanks
+    # Roles whose column is a timestamp without time zone, read in table.timestamps.time_zone.
+    naive_times: frozenset[str] = frozenset()
 
     @property
     def cursor_start(self) -> str:

@@ -31,7 +31,8 @@ def _paths(settings: QueueSettings) -> ResultPaths:
 
 
 def _coverage(settings: QueueSettings) -> Coverage:
-    """Every series, less the cost components and malformed fields of paths that are none."""
+    """Every series, less the cost components and malformed fields of paths that are none; the
+    cancellations when the mapping names a cancelled value; unstamped changes when polling."""
     paths = _paths(settings)
     base = Coverage()
     withheld = set(base.withheld)
@@ -39,6 +40,10 @@ def _coverage(settings: QueueSettings) -> Coverage:
         withheld.add("cost")
     if not paths.malformed_fields():
         withheld.add("malformed")
+    if settings.mapping.cancelled:
+        withheld.discard("cancelled")
+    if settings.collect.counting == "logical":
+        withheld.add("unstamped")  # the stream reads every change, stamped or not
     return replace(
         base,
         withheld=frozenset(withheld),
@@ -71,6 +76,7 @@ def _mode(settings: QueueSettings, labels: JobTypeLabels, tallies: Tallies) -> D
         max_rows=collect.max_rows_per_query,
         stuck_threshold=collect.stuck_threshold,
         done_count=collect.done_count,
+        stamp=f"{settings.mapping.name}.{settings.mapping.column('updated_at')}",
     )
     # Rendered for the reference's types until _check_table has read the catalog, which the
     # poller runs before a fresh mode's first cycle.

@@ -37,10 +37,11 @@ _FIGURES = {
 # Figures no preset fills: how long ago a stuck job's lease ran out (the libraries have no
 # lease end, only a heartbeat), cost and malformed result fields (no result jsonb convention),
 # vanished jobs (the readers keep no tracker of every active job), and unmapped status values
-# (a library's statuses are known, no table mapping names them). Every reader gauges what it
-# holds (tracked and held jobs), so that is filled.
+# (a library's statuses are known, no table mapping names them), and unstamped changes (only
+# the default profile's change cursor reads by a stamp the application writes). Every reader
+# gauges what it holds (tracked and held jobs), so that is filled.
 NEVER_FILLED = frozenset(
-    {"lease_expired_oldest", "cost", "malformed", "vanished", "unmapped_status"}
+    {"lease_expired_oldest", "cost", "malformed", "vanished", "unmapped_status", "unstamped"}
 )
 # Capability -> the jobqueue_jobs status it fills. A held job (kept failed for a human, who
 # can requeue it) is what the default schema calls dead.

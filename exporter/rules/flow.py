@@ -30,6 +30,7 @@ from exporter.settings import AlertSettings
 Specs = list[dict[str, Any]]
 FAILURES = "jobqueue_job_failures_total"
 COMPLETED = "jobqueue_jobs_completed_total"
+FIELD = "{{ $labels.field }}"
 # Any vanished job is worth a look: its outcome is counted nowhere. An hour keeps one deletion
 # sweep of retention visible long enough to be seen on a dashboard.
 VANISHED_WINDOW = 3600.0
@@ -215,17 +216,21 @@ def malformed_specs(a: AlertSettings) -> Specs:
     """JobQueueMalformedRows: completed rows carry results the exporter cannot read."""
     b = Builder(a)
     mw = a.malformed_window
-    malformed = b.increase("jobqueue_exporter_malformed_rows_total", mw, drop="field")
+    # Per field: each field's counter counts completed rows (one row, one count at most), so
+    # its share of the completions is a share of rows, never above 1. Summed over the fields,
+    # a row with two malformed fields counted twice and the ratio could pass 100 %.
+    malformed = b.increase("jobqueue_exporter_malformed_rows_total", mw)
     done = b.increase(COMPLETED, mw, drop="job_type")
     return [
         {
             "name": "JobQueueMalformedRows",
-            "expr": f"{malformed}\n/\n{done}\n> {number(a.malformed_ratio)}",
+            "expr": f"{malformed}\n/ ignoring(field) group_left\n{done}\n"
+            f"> {number(a.malformed_ratio)}",
             "for_": a.malformed_for,
             "severity": "warning",
             "summary": "Completed rows carry malformed results: cost extraction is blind.",
-            "description": f"Malformed result fields amount to {VALUE_RATIO} of the completions "
-            f"of queue {QUEUE} over the last {format_duration(mw)} (threshold "
+            "description": f"Result field {FIELD} was malformed in {VALUE_RATIO} of the "
+            f"completed rows of queue {QUEUE} over the last {format_duration(mw)} (threshold "
             f"{number(a.malformed_ratio * 100)}%); cost counters and every cost alert miss "
             "them.",
         }

@@ -1,5 +1,5 @@
 """Alerts on the exporter's own health: reachability, scrapes, collections, indexes, label cap,
-status values the table mapping does not name.
+status values the table mapping does not name, changes written without a stamp.
 
 These read series that stay while the queue's database is away, so they need no
 ``keep_firing_for:`` (see promql.HEALTH_ALERTS).
@@ -27,6 +27,10 @@ from exporter.vocabulary import OTHER
 # an hour after the last one so that a rare value is seen.
 UNMAPPED_WINDOW = 3600.0
 UNMAPPED_FOR = 60.0
+# A change without a stamp is as sure a sign of a broken contract, and as rare per statement:
+# the same window and wait.
+UNSTAMPED_WINDOW = UNMAPPED_WINDOW
+UNSTAMPED_FOR = UNMAPPED_FOR
 # Past collect.max_held_jobs the counts stay exact and only memory grows (about 360 bytes a job),
 # so a pg_dump of a few minutes is no news; one that outlasts this wait deserves a look.
 HELD_CAP_FOR = 900.0
@@ -54,6 +58,9 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
     duration = b.gap(b.sel("jobqueue_exporter_collection_duration_seconds"), "avg_over_time")
     timeout = b.sel("jobqueue_exporter_collection_timeout_seconds")
     unmapped = b.increase("jobqueue_exporter_unmapped_status_rows_total", UNMAPPED_WINDOW)
+    unstamped = b.increase(
+        "jobqueue_exporter_unstamped_changes_total", UNSTAMPED_WINDOW, drop="status"
+    )
     return [
         {
             "name": "JobQueueDatabaseUnreachable",
@@ -157,5 +164,17 @@ def health_alert_specs(alerts: AlertSettings) -> list[dict[str, Any]]:
             f"had a status none of table.status_values maps over the last {d(UNMAPPED_WINDOW)}; "
             "they are in no count, so the dead-letter and completion alerts may be blind. The "
             "exporter's log and status page name the values.",
+        },
+        {
+            "name": "JobQueueUnstampedChanges",
+            "expr": f"{unstamped} > 0",
+            "for_": UNSTAMPED_FOR,
+            "severity": "warning",
+            "summary": "Jobs change without an updated_at stamp: polling cannot count them.",
+            "description": f"{VALUE_COUNT} tracked jobs of queue {QUEUE} in {JOB} changed "
+            f"without a new updated_at over the last {d(UNSTAMPED_WINDOW)}; their outcomes are "
+            "in no count. Every transition must set updated_at = now() (or a trigger must), or "
+            "the queue can count from the change stream (collect.counting: logical). The "
+            "exporter's log names the column and a job.",
         },
     ]

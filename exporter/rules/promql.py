@@ -56,6 +56,7 @@ HEALTH_ALERTS = (
     "JobQueueMissingIndex",
     "JobQueueLabelCapReached",
     "JobQueueUnmappedStatus",
+    "JobQueueUnstampedChanges",
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",

@@ -29,7 +29,7 @@ from exporter.settings.secrets import (
     inject_password,
     read_password_file,
 )
-from exporter.settings.table import TableMapping, parse_mapping
+from exporter.settings.table import TableMapping, parse_mapping, without_result
 from exporter.settings.values import (
     QUEUES_KEY,
     SETTINGS,
@@ -103,9 +103,10 @@ def build_queue(
             f"{table.origin}: a table mapping is for the default profile; the {profile} preset "
             f"reads its library's own tables{table.lines.get('', '')}"
         )
+    mapping = table if table is not None else TableMapping(name=database.table)
+    collect = without_result(mapping, collect, values, prefix, errors)
     if len(errors) > before:
         return None
-    mapping = table if table is not None else TableMapping(name=database.table)
     return QueueSettings(
         name=name, database=database, collect=collect, profile=profile, table=mapping
     )

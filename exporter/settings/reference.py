@@ -9,7 +9,7 @@ from __future__ import annotations
 from exporter.settings.declaration import Setting, specs_of
 from exporter.settings.kinds import SYNTAX, Kind
 from exporter.settings.schema import DSN_FALLBACK_ENV, PROCESS_SECTIONS, QUEUE_SECTIONS
-from exporter.settings.table import ROLES, STATUS_NAMES, UNREAD_ROLES, USABLE
+from exporter.settings.table import NAIVE_TIME, ROLES, STATUS_NAMES, UNREAD_ROLES, USABLE
 
 _UNITS = (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0))
 
@@ -89,14 +89,18 @@ def reference_tables() -> str:
     out.append(
         'A queue\'s `table:` mapping (docs/configuration.md, "A home-grown table"): '
         "`name`, the column of each role below under `columns` (an omitted role keeps its "
-        "reference name), and `status_values` for "
+        "reference name; `result: null` for a table without one), `status_values` for "
         + ", ".join(f"`{s}`" for s in STATUS_NAMES)
-        + " (all four, integers or text).\n"
+        + " (all four, integers or text) and optionally `cancelled` and `ignore` (a value or a "
+        "list each: values of the table's own), and `timestamps: {time_zone: UTC}` (or an "
+        "offset such as `+02:00`) when its time columns are `timestamp without time zone`.\n"
     )
     out.append("| Role (`columns.…`) | Reference column | Types it may have | What it must mean |")
     out.append("|---|---|---|---|")
     for role, meaning in ROLES.items():
         types = ", ".join(sorted(USABLE.get(role, ())))
+        if NAIVE_TIME in USABLE.get(role, ()):
+            types = "timestamptz; timestamp with `timestamps.time_zone`"
         if role in UNREAD_ROLES:
             types = "any (checked only when mapped)"
         out.append(f"| `{role}` | `{role}` | {types} | {meaning} |")

@@ -1,8 +1,12 @@
 -- The exporter's per-cycle queries, one named block each (rendered by exporter/counting/sqltext.py).
 -- They are written once for any table with the reference's meaning (exporter/sql/schema.sql),
 -- rendered from the queue's table mapping: {table} and each {column} become quoted identifiers,
--- {pending} {running} {done} {dead} the status column's literals, {status_code} the status as
--- the reference's number (1-4, what the counting code expects), {job_type_out} the job type
+-- each {time_column_tz} that column as an instant (a timestamp without time zone read in the
+-- writers' zone the mapping declares), {since} and {until} the cursor's bounds $1 and $3 in the
+-- updated_at column's own type (so its index serves them), {result_value} the result column or
+-- NULL for a table without one, {pending} {running} {done} {dead} the status column's literals,
+-- {status_code} the status as the counting reads it (1-4 for the four, 5 cancelled, 6 ignored,
+-- 0 any other value: exporter/counting/status_rule.py), {job_type_out} the job type
 -- (text ones cut short in SQL, so a megabyte of text never crosses the wire), {job_id_type}
 -- the job_id column's type from the catalog; {table_name} and {status_name} the table's and the
 -- status column's names as string literals (for the catalog), {stats_value} a statistics value as
@@ -23,11 +27,11 @@ SELECT extract(epoch FROM c.now)::float8 AS now, s.*
 FROM (SELECT now() AS now, now() - make_interval(secs => $1) AS overrun_before) c
 LEFT JOIN LATERAL (
     SELECT 1 AS kind, {job_type_out} AS job_type, count(*) AS jobs,
-           count(*) FILTER (WHERE {run_after} > c.now) AS scheduled,
-           coalesce(extract(epoch FROM c.now - min({created_at})), 0)::float8
+           count(*) FILTER (WHERE {run_after_tz} > c.now) AS scheduled,
+           coalesce(extract(epoch FROM c.now - min({created_at_tz})), 0)::float8
                AS oldest_pending_age,
-           coalesce(extract(epoch FROM c.now - min({run_after})
-                    FILTER (WHERE {run_after} <= c.now)), 0)::float8 AS oldest_ready_wait,
+           coalesce(extract(epoch FROM c.now - min({run_after_tz})
+                    FILTER (WHERE {run_after_tz} <= c.now)), 0)::float8 AS oldest_ready_wait,
            0::bigint AS stuck_lease_expired, 0::bigint AS stuck_overrun,
            0::float8 AS lease_expired_oldest, 0::float8 AS running_oldest
     FROM {table}
@@ -35,12 +39,12 @@ LEFT JOIN LATERAL (
     GROUP BY 2
     UNION ALL
     SELECT 2, {job_type_out}, count(*), 0, 0, 0,
-           count(*) FILTER (WHERE {lease_until} < c.now),
-           count(*) FILTER (WHERE ({lease_until} IS NULL OR {lease_until} >= c.now)
-                            AND {run_started_at} < c.overrun_before),
-           coalesce(extract(epoch FROM c.now - min({lease_until})
-                    FILTER (WHERE {lease_until} < c.now)), 0)::float8,
-           coalesce(extract(epoch FROM c.now - min({run_started_at})), 0)::float8
+           count(*) FILTER (WHERE {lease_until_tz} < c.now),
+           count(*) FILTER (WHERE ({lease_until} IS NULL OR {lease_until_tz} >= c.now)
+                            AND {run_started_at_tz} < c.overrun_before),
+           coalesce(extract(epoch FROM c.now - min({lease_until_tz})
+                    FILTER (WHERE {lease_until_tz} < c.now)), 0)::float8,
+           coalesce(extract(epoch FROM c.now - min({run_started_at_tz})), 0)::float8
     FROM {table}
     WHERE {status} = {running}
     GROUP BY 2
@@ -76,10 +80,10 @@ SELECT {job_type_out} AS job_type, count(*) AS jobs FROM {table} WHERE {status} 
 SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
        {attempts} AS attempts, {max_attempts} AS max_attempts, {last_error} AS last_error,
        NULL::text AS result,
-       extract(epoch FROM {run_after})::float8 AS run_after,
-       extract(epoch FROM {run_started_at})::float8 AS run_started_at,
-       extract(epoch FROM {created_at})::float8 AS created_at,
-       extract(epoch FROM {updated_at})::float8 AS updated_at,
+       extract(epoch FROM {run_after_tz})::float8 AS run_after,
+       extract(epoch FROM {run_started_at_tz})::float8 AS run_started_at,
+       extract(epoch FROM {created_at_tz})::float8 AS created_at,
+       extract(epoch FROM {updated_at_tz})::float8 AS updated_at,
        NULL::float8 AS wait_seconds,
        NULL::float8 AS latency_seconds
 FROM {table}
@@ -95,6 +99,22 @@ SELECT {job_id}::text AS job_id FROM {table} WHERE {status} = {dead};
 -- Which of the given jobs still exist (primary key lookups); the rest were purged.
 -- $1: job ids as text, cast to the column's own type so that its index serves the lookup.
 SELECT {job_id}::text AS job_id FROM {table} WHERE {job_id} = ANY($1::text[]::{job_id_type}[]);
+
+-- name: recheck
+-- Tracked jobs looked up by id when the table holds fewer pending or running rows than the
+-- tracker, after every visible change was read (exporter/counting/tracker.py, suspects): a
+-- missing one was deleted, one changed below the cursor changed without a stamp. Primary-key
+-- lookups; the times computed as changes_after computes them, so an unchanged row reads equal.
+-- $1: job ids as text, cast to the column's own type.
+SELECT {job_id}::text AS job_id, {job_type_out} AS job_type, {status_code} AS status,
+       {attempts} AS attempts, {max_attempts} AS max_attempts, {last_error} AS last_error,
+       date_part('epoch', {run_after_tz}) AS run_after,
+       date_part('epoch', {run_started_at_tz}) AS run_started_at,
+       date_part('epoch', {created_at_tz}) AS created_at,
+       date_part('epoch', {updated_at_tz}) AS updated_at,
+       NULL::float8 AS wait_seconds,
+       NULL::float8 AS latency_seconds
+FROM {table} WHERE {job_id} = ANY($1::text[]::{job_id_type}[]);
 
 -- name: horizon
 -- Autocommit, before the cycle's snapshot (exporter/counting/horizon.py has the argument): the
@@ -121,9 +141,8 @@ SELECT a.now, a.lower_bound, a.writers_bound, a.hidden, p.prepared
 -- holds none: a DONE row's updated_at is the now() of its completion.
 SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        j.updated_at AS updated_key,
-       -- The column's own value when it is none of the four (exporter/counting/statuses.py).
-       CASE WHEN j.status BETWEEN 1 AND 4 THEN NULL
-            ELSE left(j.status_value::text, {status_chars}) END AS status_text,
+       -- The column's own value when it is unmapped (exporter/counting/statuses.py).
+       CASE WHEN j.status = 0 THEN left(j.status_value::text, {status_chars}) END AS status_text,
        CASE WHEN j.status = 3 THEN jsonb_typeof(j.result) END AS result_kind,
        CASE WHEN j.status = 3 THEN (j.result #> $5::text[])::text END AS duration_ms,
        CASE WHEN j.status = 3 THEN (j.result #> $6::text[])::text END AS ai_usd,
@@ -137,16 +156,16 @@ SELECT j.job_id, j.job_type, j.status, j.attempts, j.max_attempts, j.last_error,
        date_part('epoch', j.updated_at - j.created_at) AS latency_seconds,
        CASE WHEN j.status = 3 THEN date_part('epoch', j.updated_at - j.run_started_at) END
            AS run_seconds
-FROM (SELECT t.{job_id} AS job_key, t.{job_id}::text AS job_id, {job_type_out} AS job_type,
-             {status_code} AS status, t.{status} AS status_value, t.{attempts} AS attempts,
-             t.{max_attempts} AS max_attempts, t.{last_error} AS last_error, t.{result} AS result,
-             t.{run_after} AS run_after, t.{run_started_at} AS run_started_at,
-             t.{created_at} AS created_at, t.{updated_at} AS updated_at
+FROM (SELECT {job_id} AS job_key, {job_id}::text AS job_id, {job_type_out} AS job_type,
+             {status_code} AS status, {status} AS status_value, {attempts} AS attempts,
+             {max_attempts} AS max_attempts, {last_error} AS last_error, {result_value} AS result,
+             {run_after_tz} AS run_after, {run_started_at_tz} AS run_started_at,
+             {created_at_tz} AS created_at, {updated_at_tz} AS updated_at
       FROM {table} AS t
-      WHERE t.{updated_at} >= $1
+      WHERE t.{updated_at} >= {since}
         AND (t.{updated_at}, t.{job_id})
-            > ($1, coalesce(nullif($2::text, {cursor_nil})::{job_id_type}, {cursor_start}::{job_id_type}))
-        AND t.{updated_at} < $3
+            > ({since}, coalesce(nullif($2::text, {cursor_nil})::{job_id_type}, {cursor_start}::{job_id_type}))
+        AND t.{updated_at} < {until}
       -- Qualified: an output column of the same name would otherwise be sorted on.
       ORDER BY t.{updated_at}, t.{job_id}
       LIMIT $4) AS j

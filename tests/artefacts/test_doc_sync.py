@@ -28,7 +28,7 @@ import pytest
 
 from exporter.settings.flags import COMMANDS, build_parser, option_strings
 from exporter.settings.sources import SETTINGS
-from exporter.settings.table import ROLES, STATUS_NAMES
+from exporter.settings.table import CANCELLED_KEY, IGNORE_KEY, ROLES, STATUS_NAMES
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = (
@@ -167,9 +167,11 @@ def known_keys() -> set[str]:
     """Every dotted spelling of a setting: its key, its flag without dashes, the table keys."""
     keys = set(SETTINGS)
     keys |= {s.flag.removeprefix("--") for s in SETTINGS.values()}
-    keys |= {"table.name", "table.columns", "table.status_values"}
+    keys |= {"table.name", "table.columns", "table.status_values", "table.timestamps"}
     keys |= {f"table.columns.{role}" for role in ROLES}
-    keys |= {f"table.status_values.{status}" for status in STATUS_NAMES}
+    keys |= {f"table.status_values.{status}"
+             for status in (*STATUS_NAMES, CANCELLED_KEY, IGNORE_KEY)}  # fmt: skip
+    keys.add("table.timestamps.time_zone")
     return keys
 
 

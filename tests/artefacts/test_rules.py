@@ -65,6 +65,7 @@ EXPECTED_ALERTS = {
     "JobQueueMissingIndex",
     "JobQueueJobsVanished",
     "JobQueueUnmappedStatus",
+    "JobQueueUnstampedChanges",
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",

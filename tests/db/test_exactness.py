@@ -127,6 +127,8 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
             first.tallies.failures.pop((burst_label, reason), None)
             truth.failures.pop((burst_type, reason), None)
         assert_exact(first, truth)
+        # Every change carried its stamp, the late commits too: none was taken for unstamped.
+        assert first.tallies.unstamped == {}
         assert sum(truth.completed.values()) > 50
         assert sum(truth.requeued.values()) > 0
         assert sum(n for (_, r), n in truth.failures.items() if r == "lease_expired") > 0
@@ -152,6 +154,7 @@ async def _run_scenario(fleet: Fleet, settings: Settings) -> None:
         truth = fleet.tally.since(before)
         assert sum(truth.completed.values()) > 20
         assert_exact(second, truth)
+        assert second.tallies.unstamped == {}
         # Bounded memory: only jobs that can still change, plus the tolerance window.
         assert cursor(second).tracker.tracked < 2000
     finally:

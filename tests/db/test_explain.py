@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
+import pytest
 
 from exporter.counting.change_cursor import FOREVER
 from exporter.counting.results import ResultPaths
 from exporter.counting.sqltext import render_queries
-from exporter.model import NIL
-from exporter.settings.table import TableMapping
+from exporter.model import NIL, REFERENCE_SHAPE
+from exporter.settings.table import TIME_ROLES, TableMapping
 
 # A history shaped like the queue's: 99 % DONE over 90 days, some DEAD, a few hundred PENDING
 # (some in backoff), about 50 RUNNING (some with an expired lease).
@@ -45,7 +47,17 @@ ARGS: dict[str, tuple[Any, ...]] = {
     "active": (),
     "dead_ids": (),  # at the baseline only: the dead index, then one heap visit per dead row
     "existing": (["00000000-0000-0000-0000-000000000000"],),
+    "recheck": (["00000000-0000-0000-0000-000000000000"],),
 }
+# The job table as Rails would have it: every time column a timestamp without time zone in UTC.
+NAIVE = """
+ALTER TABLE job
+    ALTER COLUMN lease_until TYPE timestamp USING lease_until AT TIME ZONE 'UTC',
+    ALTER COLUMN run_after TYPE timestamp USING run_after AT TIME ZONE 'UTC',
+    ALTER COLUMN run_started_at TYPE timestamp USING run_started_at AT TIME ZONE 'UTC',
+    ALTER COLUMN created_at TYPE timestamp USING created_at AT TIME ZONE 'UTC',
+    ALTER COLUMN updated_at TYPE timestamp USING updated_at AT TIME ZONE 'UTC'
+"""
 
 
 # The statements that never read the job table (catalog and session views only).
@@ -59,31 +71,49 @@ def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-async def test_per_cycle_queries_use_indexes_on_a_100k_row_table(db_dsn: str) -> None:
+@pytest.mark.parametrize("naive", [False, True], ids=["timestamptz", "timestamp in UTC"])
+async def test_per_cycle_queries_use_indexes_on_a_100k_row_table(db_dsn: str, naive: bool) -> None:
     conn = await asyncpg.connect(db_dsn)
     try:
         await conn.execute(FILL)
+        mapping, shape = TableMapping(name="job"), REFERENCE_SHAPE
+        if naive:
+            # The cursor's bounds are converted to the column's type, not the column, so the
+            # same indexes serve the same plans (the session's zone is not UTC either).
+            await conn.execute(NAIVE)
+            await conn.execute("SET TimeZone = 'America/Sao_Paulo'")
+            mapping = replace(mapping, time_zone="UTC")
+            shape = replace(shape, naive_times=frozenset(TIME_ROLES))
         await conn.execute("ANALYZE job")
         assert await conn.fetchval("SELECT count(*) FROM job") == 100000
         since = await conn.fetchval("SELECT now() - interval '30 seconds'")
-        queries = render_queries(TableMapping(name="job"))
+        queries = render_queries(mapping, shape)
         # Every statement is checked here or named as not reading the table: a block that
         # nothing runs (the old "changes") cannot stand in for the one that runs.
         assert set(queries) == set(ARGS) | NO_TABLE_READ | {"done"}
         changes = (since, NIL, FOREVER, 5000, *ResultPaths().query_args())
         scans: dict[str, list[str]] = {}
+        conditions: dict[str, list[str]] = {}
         for name, args in ARGS.items():
             arguments = changes if name == "changes_after" else args
             raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {queries[name]}", *arguments)
             plan = json.loads(raw)[0]["Plan"]
             scans[name] = [
-                f"{node['Node Type']} on {node.get('Relation Name')}"
+                f"{node['Node Type']} on {node.get('Relation Name')} using {node.get('Index Name')}"
                 for node in _nodes(plan)
                 if "Scan" in node["Node Type"] and node.get("Relation Name") == "job"
             ]
+            conditions[name] = [n["Index Cond"] for n in _nodes(plan) if "Index Cond" in n]
         for name, found in scans.items():
             assert found, f"{name}: no scan of job at all?"
             assert not [s for s in found if s.startswith("Seq Scan")], (name, found)
+        # The cursor walks its index, and the running jobs' figures come from the active index
+        # alone, whatever the columns' type.
+        assert scans["changes_after"] == ["Index Scan on job using job_exporter_updated_at_idx"]
+        (bounds,) = conditions["changes_after"]  # the index is searched, not read end to end
+        assert bounds.startswith("((updated_at >= "), bounds
+        assert "updated_at < " in bounds, bounds
+        assert "Index Only Scan on job using job_exporter_active_idx" in scans["snapshot"]
         # The proof that the check can fail: the opt-in DONE count does scan the table.
         raw = await conn.fetchval(f"EXPLAIN (FORMAT JSON) {queries['done']}")
         done_nodes = _nodes(json.loads(raw)[0]["Plan"])

@@ -1,7 +1,8 @@
 """A text status value the table mapping does not name, on a real home-grown table
 (tests/mapped_queue.py, mapped ``dead: dead`` while the table writes ``failed``): counted and
-logged within one collection of the first row carrying it, and named at start from the
-planner's statistics once the table has been analyzed."""
+logged within one collection of the first row carrying it, in no other count, and named at
+start from the planner's statistics once the table has been analyzed; values of the table's own
+that a mapping names as cancelled or ignored are counted so, and reported as nothing."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import pytest
 from exporter.counting.snapshot import DEAD_RECOUNT_EVERY
 from exporter.counting.statuses import ROW_MESSAGE, STATS_MESSAGE, VALUE_CHARS
 from exporter.model import ConfigStatus, QueueStatus
+from exporter.poller import Poller
 from exporter.settings import QueueSettings, load_settings
 from exporter.web.status import StatusPage, status_page
 from tests.conftest import execute
-from tests.helpers import QUEUE, fast_queue, make_poller, scrape, value
+from tests.helpers import QUEUE, cursor, fast_queue, make_poller, scrape, value
 from tests.mapped_queue import MAPPING_YAML, prepare_tasks
 
 TYPO = "dead: dead}"
@@ -67,8 +69,8 @@ async def test_a_status_typo_is_counted_and_logged_within_one_collection_of_its_
                 "suggestion": "status_values.dead: failed",
             }
         ]
-        # The other counts are what they were: four inserts, the dead ones in no dead count.
-        assert value(samples, "jobqueue_jobs_enqueued_total", job_type="send_email") == 4
+        # The unmapped rows are in no other count: the one queued insert, no death.
+        assert value(samples, "jobqueue_jobs_enqueued_total", job_type="send_email") == 1
         assert value(samples, "jobqueue_jobs", job_type="send_email", status="dead") == 0
         assert value(samples, "jobqueue_jobs", job_type="send_email", status="pending") == 1
 
@@ -161,5 +163,94 @@ async def test_a_char_column_s_padding_is_no_unmapped_value(
         (found,) = notices(caplog, STATS_MESSAGE)
         assert found["value"] == "'faild'"  # trimmed, as the column compares it
         assert found["suggestion"] == "status_values.dead: faild"
+    finally:
+        await poller.database.close()
+
+
+CLAIM = (
+    "UPDATE app.tasks SET state = 'active', tries = tries + 1, started_at = now(), "
+    "changed_at = now() WHERE state = 'queued'"
+)
+
+
+async def _claimed(poller: Poller, dsn: str, jobs: int) -> None:
+    """Enqueue ``jobs`` jobs, claim every queued one, and collect once (it reads them running)."""
+    for _ in range(jobs):
+        await execute(dsn, INSERT, "send_email", "queued", 0, None)
+    await execute(dsn, CLAIM)
+    assert await poller.collect_once()
+
+
+async def test_a_done_typo_counts_no_failure_and_no_completion_only_unmapped_rows(
+    db_dsn: str, tmp_path: Path
+) -> None:
+    # The issue's case: the table writes 'finished', the mapping says done: complete.
+    queue = tasks(tmp_path, db_dsn, MAPPING_YAML.replace("done: finished", "done: complete"))
+    await prepare_tasks(db_dsn, queue.mapping)
+    poller = make_poller(queue)
+    try:
+        assert await poller.collect_once()
+        for batch in (3, 2, 8):  # the truth of the issue's three scrapes
+            await _claimed(poller, db_dsn, batch)
+            await execute(
+                db_dsn,
+                "UPDATE app.tasks SET state = 'finished', changed_at = now() "
+                "WHERE state = 'active'",
+            )
+            assert await poller.collect_once()
+        samples = scrape(poller)
+        assert value(samples, METRIC) == 13
+        failures = [n for (name, _), n in samples.items() if name == "jobqueue_job_failures_total"]
+        assert failures
+        assert sum(failures) == 0  # before: 15, 16 and 23 failures of reason error
+        assert value(samples, "jobqueue_jobs_completed_total", job_type="send_email") == 0
+        assert sum(n for (name, _), n in samples.items() if name == "jobqueue_jobs_dead_total") == 0
+        assert value(samples, "jobqueue_jobs_enqueued_total", job_type="send_email") == 13
+        tracker = cursor(poller).tracker
+        assert tracker.tracked == tracker.held  # not kept as active: forgotten once passed
+    finally:
+        await poller.database.close()
+
+
+OWN = MAPPING_YAML.replace(
+    "dead: failed}", "dead: failed, cancelled: cancelled, ignore: [archived]}"
+)
+
+
+async def test_values_a_mapping_names_as_cancelled_or_ignored_are_counted_so_and_quiet(
+    db_dsn: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = tasks(tmp_path, db_dsn, OWN)
+    await prepare_tasks(db_dsn, queue.mapping)
+    for state in ("cancelled", "archived", "queued"):
+        await execute(db_dsn, INSERT, "send_email", state, 1, None)
+    await execute(db_dsn, "ANALYZE app.tasks")
+    caplog.set_level(logging.WARNING)
+    poller = make_poller(queue)
+    try:
+        assert await poller.collect_once()  # the statistics hold every value: all named
+        await _claimed(poller, db_dsn, 3)
+        await execute(
+            db_dsn,
+            "UPDATE app.tasks SET state = 'cancelled', changed_at = now() "
+            "WHERE id = (SELECT min(id) FROM app.tasks WHERE state = 'active')",
+        )
+        await execute(
+            db_dsn,
+            "UPDATE app.tasks SET state = 'finished', changed_at = now() WHERE state = 'active'",
+        )
+        assert await poller.collect_once()
+        await execute(
+            db_dsn,
+            "UPDATE app.tasks SET state = 'archived', changed_at = now() WHERE state = 'finished'",
+        )
+        assert await poller.collect_once()
+        samples = scrape(poller)
+        assert value(samples, METRIC) == 0  # JobQueueUnmappedStatus stays quiet
+        assert notices(caplog, STATS_MESSAGE) == notices(caplog, ROW_MESSAGE) == []
+        assert value(samples, "jobqueue_jobs_cancelled_total", job_type="send_email") == 1
+        assert value(samples, "jobqueue_jobs_completed_total", job_type="send_email") == 3
+        failures = [n for (name, _), n in samples.items() if name == "jobqueue_job_failures_total"]
+        assert sum(failures) == 0
     finally:
         await poller.database.close()

@@ -340,18 +340,51 @@ def counter_cases() -> list[Case]:
             silent_at=("10m", "25m"),
         ),
         Case(
-            "JobQueueMalformedRows fires when a tenth of the completions lose their cost",
+            "JobQueueMalformedRows fires when a tenth of the completions lose their total cost",
             "JobQueueMalformedRows",
             [
-                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="cost"),
-                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="result"),
+                # A rollout: the old and the new pod each read half of them, summed.
+                s("jobqueue_exporter_malformed_rows_total", "0+0.5x200", field="total_usd"),
+                s(
+                    "jobqueue_exporter_malformed_rows_total",
+                    "0+0.5x200",
+                    field="total_usd",
+                    instance="b",
+                ),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.25x200", field="result"),
                 s(done, "0+5x200", job_type="crawl"),
                 s(done, "0+5x200", job_type="mail"),
             ],
             fire_at="16m",
             value=0.1,
-            labels=lab(),
+            labels=lab(field="total_usd"),
             silent_at=("15m",),
+        ),
+        # Every completion has a malformed duration, and a few a malformed cost too: a share
+        # of rows is at most 100 %. Summed over the fields (the old rule) it read 104 %. Read
+        # after the first hour, when both windows are full.
+        Case(
+            "JobQueueMalformedRows reads each field's share of the rows, never above 100%",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+10x200", field="duration_ms"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="ai_usd"),
+                s(done, "0+10x200", job_type="crawl"),
+            ],
+            fire_at="1h10m",
+            value=1,
+            labels=lab(field="duration_ms"),
+            silent_at=("15m",),
+        ),
+        Case(
+            "JobQueueMalformedRows stays silent when two fields of the same rows are at 4% each",
+            "JobQueueMalformedRows",
+            [
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="ai_usd"),
+                s("jobqueue_exporter_malformed_rows_total", "0+0.4x200", field="total_usd"),
+                s(done, "0+10x200", job_type="crawl"),
+            ],
+            silent_at=("16m", "30m", "1h30m"),
         ),
         # Counters of two pods (a rollout): summed, so the value is 3 where a max would say 2.
         Case(
@@ -496,6 +529,7 @@ def health_cases() -> list[Case]:
     # Folded now and then, with 3 minutes of failed scrapes: the gap window bridges both.
     folded = "1 0 " * 25 + "stale _x5 " + "1 0 " * 50
     unmapped = "jobqueue_exporter_unmapped_status_rows_total"
+    unstamped = "jobqueue_exporter_unstamped_changes_total"
     return [
         Case(
             "JobQueueDatabaseUnreachable fires when both pods report jobqueue_up 0 for 3m",
@@ -682,6 +716,41 @@ def health_cases() -> list[Case]:
             value=1,
             labels=lab(),
             silent_at=("1h25m",),
+        ),
+        # The first unstamped completion is found within two intervals; one is proof enough,
+        # and the pods of a rollout are summed over every status found.
+        Case(
+            "JobQueueUnstampedChanges fires a minute after jobs change without a stamp",
+            "JobQueueUnstampedChanges",
+            [
+                s(unstamped, "0x20 4x100", status="done"),
+                s(unstamped, "0x20 1x100", status="pending", instance="b"),
+                s(unstamped, "0x150", status="dead"),
+                s(unstamped, "2x150", status="done", queue="q2"),
+            ],
+            fire_at="11m30s",
+            value=5,
+            labels=lab(),
+            silent_at=("11m",),
+        ),
+        Case(
+            "JobQueueUnstampedChanges fires on one change and resolves once the hour is past",
+            "JobQueueUnstampedChanges",
+            [s(unstamped, "0x20 1x200", status="running")],
+            fire_at="1h",
+            value=1,
+            labels=lab(),
+            silent_at=("1h25m",),
+        ),
+        Case(
+            "JobQueueUnstampedChanges stays silent while every change is stamped",
+            "JobQueueUnstampedChanges",
+            [
+                *(s(unstamped, "0x200", status=st) for st in ("pending", "running", "done")),
+                s(unstamped, "3x200", status="done", queue="q2"),
+            ],
+            silent_at=("10m", "1h20m"),
+            quiet_at=("10m", "1h20m"),
         ),
         Case(
             "JobQueueUnmappedStatus stays silent on a constant count and an hour after the last row",

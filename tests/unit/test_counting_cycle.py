@@ -13,7 +13,7 @@ from exporter.vocabulary import Status
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 NAMES = ("horizon", "snapshot", "dead", "done", "active", "dead_ids", "changes_after",
-         "existing")  # fmt: skip
+         "existing", "recheck")  # fmt: skip
 
 
 def mode(max_rows: int = 10) -> TransitionCursor:
@@ -35,6 +35,12 @@ def horizon(seconds: float) -> Row:
 def quiet(now: float) -> list[Row]:
     """The snapshot of a queue with no active job: one row, the clock only."""
     return [{"now": now, "kind": None, "job_type": None, "jobs": None}]
+
+
+def waiting(now: float, jobs: int) -> list[Row]:
+    """The snapshot of a queue with ``jobs`` pending jobs of type 3 and nothing running."""
+    return [{"now": now, "kind": Status.PENDING, "job_type": 3, "jobs": jobs, "scheduled": 0,
+             "oldest_pending_age": 0.0, "oldest_ready_wait": 0.0}]  # fmt: skip
 
 
 def changed(job: int, seconds: float) -> Row:
@@ -95,7 +101,7 @@ def test_changes_come_in_deferrable_chunks_and_an_unrun_chunk_leaves_the_cursor_
     # The next cycle goes on from there and catches up.
     asked, collected = run(
         cursor.cycle(horizon(111.0)),
-        {"snapshot": [quiet(111.0)], "changes_after": [[changed(3, 102.0)]]},
+        {"snapshot": [waiting(111.0, 3)], "changes_after": [[changed(3, 102.0)]]},
     )
     assert not collected.behind
     assert cursor.tallies.enqueued == {"3": 3}

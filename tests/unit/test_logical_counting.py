@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from exporter.counting.status_rule import CANCELLED, IGNORED, UNMAPPED, status_change
 from exporter.counting.stream_counter import StreamFold, credit
 from exporter.counting.tracker import TrackerOptions
 from exporter.db.change_folder import SPILL, Outlet, TransactionFolder
@@ -121,18 +122,55 @@ def test_an_identity_index_update_without_old_key_keeps_the_status() -> None:
 
 
 def test_unmapped_means_uncounted_from_or_to_a_status_the_mapping_does_not_name() -> None:
-    # A typo in status_values (the table writes 4, the mapping says 9): the rows are counted as
-    # unmapped, and as nothing else: no failure, no death, no completion.
+    # A typo in status_values (the table writes 3, the mapping says 9): completions are counted
+    # as unmapped rows, and as nothing else: no failure, no death, no completion.
     mapping = TableMapping(status_values={"pending": 1, "running": 2, "done": 9, "dead": 4})
     c = Counted(mapping)
     t = c.count(
         RowChange(UPDATE, old=running(), new=row(3, 1, result="{}")),  # 3: unmapped here
-        RowChange(UPDATE, old=row(3, 1), new=row(4, 1, last_error="boom")),
-        RowChange(UPDATE, old=row(3, 1), new=row(1, 1)),
+        RowChange(UPDATE, old=running(), new=row(3, 1, result="{}")),
     )
     assert not any(t.counters().values())
-    assert t.unmapped_status == {"3": 1}
+    assert t.unmapped_status == {"3": 2}
     assert c.named == [("3", "3")]
+
+
+CODES = {
+    1: "1",
+    2: "2",
+    3: "3",
+    4: "4",
+    UNMAPPED: "typo",
+    CANCELLED: "cancelled",
+    IGNORED: "archived",
+}
+
+
+@pytest.mark.parametrize("before", [None, *CODES])
+@pytest.mark.parametrize("after", list(CODES))
+def test_the_stream_counts_each_status_change_as_the_one_rule_says(
+    before: int | None, after: int
+) -> None:
+    mapping = TableMapping(cancelled=("cancelled",), ignored=("archived",))
+    c = Counted(mapping)
+    new = row(after, 1, result="{}", last_error="boom")
+    if before is None:
+        change = RowChange(INSERT, new={**new, "status": CODES[after]})
+    else:
+        old = {**row(before, 1), "status": CODES[before]}
+        change = RowChange(UPDATE, old=old, new={**new, "status": CODES[after]})
+    t = c.count(change)
+    rule = status_change(before, after)
+    assert sum(t.enqueued.values()) == rule.enqueued
+    assert sum(t.cancelled.values()) == rule.cancelled
+    assert sum(t.unmapped_status.values()) == rule.unmapped
+    moved = sum(t.completed.values()) + sum(t.failures.values()) + sum(t.dead.values())
+    moved += sum(t.requeued.values())
+    if not rule.transition:
+        assert moved == 0  # a change into a status outside the four is no transition
+    assert c.dead_delta.get(7, 0) == (after == 4 and before != 4 and rule.transition) - (
+        before == 4 and after != 4
+    )
 
 
 def test_a_mapped_table_is_read_by_its_column_names_and_status_values() -> None:
@@ -162,12 +200,18 @@ def test_a_mapped_table_is_read_by_its_column_names_and_status_values() -> None:
                               "started_at", "inserted_at", "changed_at"}  # fmt: skip
 
 
-def test_an_update_whose_old_status_is_unknown_counts_nothing() -> None:
-    # A key-only old tuple without the status (an identity the start refuses) must not pass
-    # for a pending row.
-    old = {k: None for k in row(2)}
-    t = Counted().count(RowChange(UPDATE, old=old, new=row(3, 1, result="{}")))
+def test_an_old_key_without_the_status_counts_nothing_and_a_null_status_is_outside_the_flow() -> (
+    None
+):
+    # A key-only old row without the status (an identity the start refuses) must not pass for
+    # a pending row: the status is taken as unchanged.
+    key_only = {"job_id": "j1"}
+    t = Counted().count(RowChange(UPDATE, old=key_only, new=row(3, 1, result="{}")))
     assert not any(t.counters().values())
+    # A NULL status is a value no mapping names, as polling's SQL reads it: a job back from it
+    # comes back into the flow.
+    t = Counted().count(RowChange(UPDATE, old={**row(1, 1), "status": None}, new=row(2, 1)))
+    assert t.enqueued == {"7": 1}
 
 
 def test_quiet_updates_are_the_claims_heartbeats_and_changes_of_done_rows_only() -> None:
@@ -417,3 +461,28 @@ def test_an_unchanged_toast_value_is_taken_from_the_whole_old_row_under_full_ide
     (batch,) = f.outlet.take()
     assert isinstance(batch, Batch)
     assert credited([batch]).failures == {("7", "deadline"): 1}
+
+
+def test_a_rails_style_table_naive_stamps_in_the_declared_zone_and_no_result() -> None:
+    # timestamp(6) without time zone, written in +05:45, and no result column at all.
+    columns = {r: r for r in ("job_id", "job_type", "status", "attempts", "max_attempts",
+                              "last_error", "run_after", "run_started_at", "created_at",
+                              "updated_at", "priority", "payload", "dedupe_key", "worker_id",
+                              "lease_until")}  # fmt: skip
+    mapping = TableMapping(columns=columns, time_zone="+05:45")
+    c = Counted(mapping)
+    assert "result" not in c.fold.columns
+    naive = {"created_at": "2026-12-04 19:30:00", "run_after": "2026-12-04 19:30:00"}
+    done = {**row(3, 1), **naive, "run_started_at": "2026-12-04 19:30:01",
+            "updated_at": "2026-12-04 19:30:04"}  # fmt: skip
+    done.pop("result")
+    running_row = {**done, "status": "2", "updated_at": "2026-12-04 19:30:01"}
+    t = c.count(RowChange(UPDATE, old=running_row, new=done))
+    assert t.completed == {"7": 1}
+    assert t.latency["7"].total == 4.0
+    assert t.duration["7"].total == 3.0  # from the row: no result to read it from
+    # The commit's own time (aware) meets the naive stamps without a TypeError: an update that
+    # leaves updated_at alone ends at the commit.
+    left_alone = {**done, "updated_at": running_row["updated_at"]}
+    t = c.count(RowChange(UPDATE, old=running_row, new=left_alone))
+    assert t.completed == {"7": 2}

@@ -243,9 +243,11 @@ def test_the_catalog_check_names_each_mistake_with_its_line_and_the_real_columns
     assert found[1] == (
         f"queues[0].table.columns.result: no column 'outptu' (did you mean output?) ({path}:8)"
     )
+    # A timestamp without time zone, and no writers' zone declared: how to declare it.
     assert found[2].startswith(
-        "queues[0].table.columns.updated_at: column changed_at is timestamp without time zone; "
-        "updated_at needs timestamp with time zone"
+        "queues[0].table.timestamps: changed_at (timestamp without time zone): a timestamp "
+        "without time zone is an instant only in the zone its writers used; declare it in the "
+        "table mapping, timestamps: {time_zone: UTC} (what Rails writes)"
     )
     assert found[3] == (
         "queues[0].table.status_values.done: 'finshed' is not a value of task_state "

@@ -36,6 +36,11 @@ def row(job_id: str = "a", **kw: object) -> JobRow:
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
+def running(job_id: str, at: float = 990.0) -> JobRow:
+    """A job claimed at ``at`` (its first attempt), as the tracker reads it."""
+    return row(job_id, status=RUNNING, attempts=1, run_started_at=at, updated_at=at)
+
+
 def test_insert_after_baseline_is_one_enqueue_even_when_read_twice() -> None:
     t = make_tracker()
     t.baseline(1000.0, [], [])
