@@ -153,12 +153,17 @@ class Follower:
         self.confirmation.scraped(now)
         # A position at or below the floor is of a lost slot: never one to confirm its
         # successor at.
-        if position <= self._carried_floor or not self.stream.running:
+        if position <= self._carried_floor:
             return
         self.confirmation.carried(min(position, self.position))
         target = self.confirmation.position(now)
         if target <= self.stream.confirmed_lsn or self.stream.gaps != self.gaps:
             return  # sent already; or a gap not taken yet, whose positions are the old slot's
+        if not self.stream.running:
+            # Between two runs (one failed, the next starts at the next cycle): the position is
+            # kept, and the next run's first feedback sends it. Nothing to wait for now.
+            self.stream.confirm(target, self.gaps)
+            return
         sent = asyncio.get_running_loop().create_future()
         self._waiters.append((target, sent))
         self.stream.confirm(target, self.gaps)
