@@ -107,6 +107,10 @@ def _check_config(path: str, namespace: argparse.Namespace, environ: Mapping[str
             argparse.Namespace(**{**vars(namespace), "config_file": path}), environ
         )
         verdict = _catalog_verdict(settings)
+        from exporter.slot_commands import check_logical
+
+        # The start's logical checks, as the exporter's role: a refusal fails the check.
+        verdict = "; ".join([verdict, *check_logical(settings)])
     except ConfigError as exc:
         lines = str(exc).splitlines()
         _write(sys.stderr, "\n".join(f"{path}: {line}" for line in lines))

@@ -1,8 +1,9 @@
 """The commands and start-up checks of collect.counting: logical (docs/logical.md).
 
-``logical-setup`` prints the SQL a DBA runs; ``logical-drop`` drops each logical queue's slot
-(the exporter never drops one by itself); :func:`check_logical` refuses to start, with one
-message naming the setting, when a server cannot give what the counting needs.
+``logical-setup`` prints the SQL a DBA runs; ``logical-drop`` drops each queue's slot (the
+exporter never drops one by itself) and prints the SQL that reverses the set-up;
+:func:`check_logical` refuses to start, with one message naming the setting, when a server
+cannot give what the counting needs, and says what it checked for ``--config.check``.
 """
 
 from __future__ import annotations
@@ -10,16 +11,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from typing import TextIO
 
 from exporter.db import DatabaseError
 from exporter.db.change_stream import psycopg2_modules
-from exporter.db.slot_setup import (
-    check_all,
-    drop_slot,
-    logical_queues,
-    setup_script,
-    slot_of,
-)
+from exporter.db.slot_checks import check_all
+from exporter.db.slot_drop import SlotFound, drop_slot
+from exporter.db.slot_setup import logical_queues, setup_script, slot_of, teardown_script
 from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
 from exporter.settings import ConfigError, QueueSettings, Settings
@@ -34,9 +32,10 @@ def target_of(queue: QueueSettings) -> LogicalTarget | None:
     return target(queue) if target is not None else None
 
 
-def check_logical(settings: Settings) -> None:
-    """ConfigError naming each refusal; a database that is down is warned about, not refused
-    (its stream fails visibly until it is back)."""
+def check_logical(settings: Settings) -> list[str]:
+    """ConfigError naming each refusal; else one line per logical queue saying what was
+    checked. A database that does not answer is warned about, not refused (its stream fails
+    visibly until it is back); one that answers no (a grant missing, a login refused) is."""
     queues = logical_queues(settings, target_of)
     presets = [q.name for q in settings.queues if q.collect.counting == "logical"]
     presets = [name for name in presets if name not in {q.name for q in queues}]
@@ -47,19 +46,28 @@ def check_logical(settings: Settings) -> None:
             "preset (docs/presets.md says why)"
         )
     if not queues:
-        return
+        return []
     try:
         psycopg2_modules()
     except DatabaseError as exc:
         raise ConfigError(f"collect.counting: {exc}") from None
     problems, unchecked = asyncio.run(check_all(settings, target_of))
-    for queue, why in unchecked:
-        log.warning(
-            "logical counting not checked now: the database cannot be reached",
-            extra={"fields": {"queue": queue, "err": why}},
-        )
     if problems:
         raise ConfigError("\n".join(problems))
+    why = dict(unchecked)
+    for queue, reason in unchecked:
+        log.warning(
+            "logical counting not checked now: the database cannot be reached",
+            extra={"fields": {"queue": queue, "err": reason}},
+        )
+    return [
+        f"queue {q.name}: counting logical NOT checked, the database cannot be reached "
+        f"({why[q.name]})"
+        if q.name in why
+        else f"queue {q.name}: counting logical fits its server"
+        for q in queues
+        if q.database.dsn
+    ]
 
 
 def refuse_demo(settings: Settings) -> None:
@@ -77,20 +85,49 @@ def logical_command(command: str, settings: Settings) -> int:
         sys.stdout.write(setup_script(settings, target_of))
         sys.stdout.flush()
         return 0
+    return _drop(settings)
+
+
+def _drop(settings: Settings) -> int:
+    """Drop the slot of every queue whose profile can stream, whatever its counting now (a
+    queue moved back to polling is the usual case); 1 when nothing was dropped or one failed."""
+    queues = [(q, t) for q in settings.queues if (t := target_of(q)) is not None]
+    dropped: list[SlotFound] = []
+    reverse: list[tuple[QueueSettings, LogicalTarget]] = []
     failed = False
-    for queue in logical_queues(settings, target_of):
+    for queue, target in queues:
         slot = slot_of(queue)
         if not queue.database.dsn:
-            sys.stderr.write(f"queue {queue.name}: no database.dsn, slot {slot} not dropped\n")
+            _say(sys.stderr, f"queue {queue.name}: no database.dsn, slot {slot} not dropped")
             failed = True
             continue
         try:
-            dropped = asyncio.run(drop_slot(queue))
+            found = asyncio.run(drop_slot(queue, slot))
         except DatabaseError as exc:
-            sys.stderr.write(f"queue {queue.name}: slot {slot} not dropped: {exc}\n")
+            _say(sys.stderr, f"queue {queue.name}: slot {slot} not dropped: {exc}")
             failed = True
             continue
-        done = "dropped" if dropped else "not found (nothing to drop)"
-        sys.stdout.write(f"queue {queue.name}: slot {slot} {done}\n")
+        if found is None:
+            _say(sys.stdout, f"queue {queue.name}: no slot {slot} (nothing to drop)")
+        else:
+            _say(sys.stdout, f"queue {queue.name}: slot {slot} dropped{_kept(found)}")
+            dropped.append(found)
+        if found is not None or queue.collect.counting == "logical":
+            reverse.append((queue, target))
+    if not queues:
+        _say(sys.stderr, "no queue's profile can count from a change stream: no slot to drop")
+    elif not dropped and not failed:
+        _say(sys.stderr, "nothing was dropped: no queue has a replication slot")
+    sys.stdout.write(teardown_script(reverse))
     sys.stdout.flush()
-    return 1 if failed else 0
+    return 1 if failed or not dropped else 0
+
+
+def _kept(slot: SlotFound) -> str:
+    if slot.retained_bytes is None:
+        return ""
+    return f" (it kept {slot.retained_bytes / 2**20:.1f} MiB of WAL)"
+
+
+def _say(stream: TextIO, line: str) -> None:
+    stream.write(line + "\n")

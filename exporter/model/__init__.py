@@ -29,6 +29,8 @@ from exporter.model.exchange import Query as Query
 from exporter.model.exchange import Results as Results
 from exporter.model.exchange import Row as Row
 from exporter.model.exchange import TableShape as TableShape
+from exporter.model.slot_target import IdentityIndex as IdentityIndex
+from exporter.model.slot_target import LogicalTarget as LogicalTarget
 from exporter.vocabulary import (
     COST_COMPONENTS,
     FAILURE_REASONS,
@@ -383,12 +385,3 @@ class ConfigStatus:
     last_success_at: float = 0.0  # Unix time (exporter clock: no database is involved)
     last_error: str | None = None  # why the last reload failed, naming the field
     last_failure_at: float | None = None
-
-
-@dataclass(frozen=True)
-class LogicalTarget:
-    """The table a queue's change stream reads, and the column whose old value an identity
-    index must carry (None: only REPLICA IDENTITY FULL gives the old row the counting needs)."""
-
-    table: str
-    key_column: str | None

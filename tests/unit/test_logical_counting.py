@@ -197,24 +197,6 @@ def test_confirmation_waits_for_a_scrape_or_for_counts_a_few_intervals_old() -> 
 
 
 @pytest.mark.usefixtures("restore_logging")
-def test_logical_setup_prints_each_queues_sql_and_the_server_settings(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from exporter.cli import main
-
-    args = ["logical-setup", "--collect.counting", "logical", "--database.table", "app.jobs",
-            "--database.dsn", "postgresql://watcher@db.invalid/shop"]  # fmt: skip
-    assert main(args, {}) == 0
-    out = capsys.readouterr().out
-    assert 'ALTER TABLE "app"."jobs" REPLICA IDENTITY FULL;' in out
-    assert 'CREATE PUBLICATION "jobqueue_shop" FOR TABLE "app"."jobs";' in out
-    assert 'ALTER ROLE "watcher" REPLICATION;' in out
-    for setting in ("wal_level", "max_replication_slots", "max_wal_senders",
-                    "max_slot_wal_keep_size"):  # fmt: skip
-        assert setting in out
-
-
-@pytest.mark.usefixtures("restore_logging")
 def test_without_psycopg2_the_start_names_the_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
