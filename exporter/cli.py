@@ -110,7 +110,7 @@ def _check_config(path: str, namespace: argparse.Namespace, environ: Mapping[str
         from exporter.slot_commands import check_logical
 
         # The start's logical checks, as the exporter's role: a refusal fails the check.
-        verdict = "; ".join([verdict, *check_logical(settings)])
+        verdict = "; ".join([verdict, *check_logical(settings, warn=False)])
     except ConfigError as exc:
         lines = str(exc).splitlines()
         _write(sys.stderr, "\n".join(f"{path}: {line}" for line in lines))

@@ -32,10 +32,11 @@ def target_of(queue: QueueSettings) -> LogicalTarget | None:
     return target(queue) if target is not None else None
 
 
-def check_logical(settings: Settings) -> list[str]:
+def check_logical(settings: Settings, *, warn: bool = True) -> list[str]:
     """ConfigError naming each refusal; else one line per logical queue saying what was
-    checked. A database that does not answer is warned about, not refused (its stream fails
-    visibly until it is back); one that answers no (a grant missing, a login refused) is."""
+    checked. A database that does not answer is warned about (``warn``: in the log), not
+    refused (its stream fails visibly until it is back); one that answers no (a grant missing,
+    a login refused) is refused."""
     queues = logical_queues(settings, target_of)
     presets = [q.name for q in settings.queues if q.collect.counting == "logical"]
     presets = [name for name in presets if name not in {q.name for q in queues}]
@@ -55,7 +56,7 @@ def check_logical(settings: Settings) -> list[str]:
     if problems:
         raise ConfigError("\n".join(problems))
     why = dict(unchecked)
-    for queue, reason in unchecked:
+    for queue, reason in unchecked if warn else ():
         log.warning(
             "logical counting not checked now: the database cannot be reached",
             extra={"fields": {"queue": queue, "err": reason}},
@@ -126,7 +127,9 @@ def _drop(settings: Settings) -> int:
 def _kept(slot: SlotFound) -> str:
     if slot.retained_bytes is None:
         return ""
-    return f" (it kept {slot.retained_bytes / 2**20:.1f} MiB of WAL)"
+    kept = slot.retained_bytes
+    size = f"{kept / 2**20:.1f} MiB" if kept >= 2**20 else f"{kept} bytes"
+    return f" (it kept {size} of WAL)"
 
 
 def _say(stream: TextIO, line: str) -> None:

@@ -43,10 +43,16 @@ SELECT current_setting('server_version_num')::int AS version,
           < current_setting('max_replication_slots')::int AS slot_free
 """
 # The identity's columns in index order: the replica identity index, or the primary key under
-# DEFAULT; none under NOTHING, FULL, or an identity index since dropped.
+# DEFAULT; none under NOTHING, FULL, or an identity index since dropped. rows_hidden: row-level
+# security applies to the role and no policy lets it read (graphile-worker's tables): every
+# gauge would read an empty table.
 TABLE_SQL = """
 SELECT c.relreplident::text AS identity,
        has_table_privilege(c.oid, 'SELECT') AS readable,
+       row_security_active(c.oid)
+       AND NOT EXISTS (SELECT FROM pg_policy p WHERE p.polrelid = c.oid AND p.polcmd IN ('r', '*')
+                       AND (p.polroles = '{0}' OR EXISTS (SELECT FROM unnest(p.polroles) AS r
+                            WHERE pg_has_role(current_user, r, 'MEMBER')))) AS rows_hidden,
        coalesce((SELECT array_agg(a.attname::text ORDER BY k.n)
                  FROM pg_index i
                  CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)
@@ -172,6 +178,7 @@ async def _problems(conn: Any, queue: QueueSettings, target: LogicalTarget) -> l
         identity=shape["identity"],
         identity_columns=tuple(shape["identity_columns"]),
         readable=shape["readable"],
+        rows_hidden=shape["rows_hidden"],
         publications=tuple(
             Published(
                 name=r["name"],

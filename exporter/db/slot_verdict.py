@@ -56,6 +56,7 @@ class TableFacts:
     identity_columns: tuple[str, ...]  # the identity's index columns (empty: none)
     readable: bool  # SELECT on it, which the gauges need every interval
     publications: tuple[Published, ...]
+    rows_hidden: bool = False  # row-level security applies and no policy lets the role read
 
 
 def server_refusals(queue: str, facts: ServerFacts, allow_unbounded: bool) -> list[str]:
@@ -101,6 +102,14 @@ def table_refusals(
             f"collect.counting: queue {queue}: role {role} may not read table {table}, whose "
             f"gauges the exporter reads every interval; GRANT SELECT ON {quote_table(table)} TO "
             f"{quote_identifier(role)}"
+        )
+    if facts.rows_hidden:
+        found.append(
+            f"collect.counting: queue {queue}: row-level security hides every row of {table} "
+            f"from role {role}, so its gauges would read an empty table; as the table's owner "
+            f"CREATE POLICY exporter_read ON {quote_table(table)} FOR SELECT TO "
+            f"{quote_identifier(role)} USING (true), or ALTER ROLE {quote_identifier(role)} "
+            "BYPASSRLS as a superuser"
         )
     found += identity_refusals(queue, target, facts)
     found += publication_refusals(queue, target, facts, version)

@@ -59,6 +59,7 @@ HEALTH_ALERTS = (
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalWalUnbounded",
     "JobQueueLogicalGap",
 )
 

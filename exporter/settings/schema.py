@@ -235,8 +235,8 @@ class CollectSettings:
         "Path in result of the total cost in USD (null: not read).", optional=True,
     )  # fmt: skip
     counting: str = setting(
-        Kind.CHOICE, "polling", "How to count transitions (docs/logical.md); logical's "
-        "--collect.logical-* flags: logical-setup --help.",
+        Kind.CHOICE, "polling", "How to count transitions (docs/logical.md); 'logical-setup "
+        "--help' lists the flags of logical (--collect.logical-slot, ...).",
         choices=COUNTING_MODES,
     )  # fmt: skip
     logical_slot: str | None = setting(

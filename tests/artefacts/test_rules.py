@@ -68,6 +68,7 @@ EXPECTED_ALERTS = {
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalWalUnbounded",
     "JobQueueLogicalGap",
 }
 

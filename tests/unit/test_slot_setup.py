@@ -122,7 +122,7 @@ def test_logical_setup_gives_graphile_worker_full_and_says_why(
 def test_the_main_help_points_to_the_logical_flags(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"], {}) == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "--collect.logical-* flags: logical-setup --help" in text
+    assert "'logical-setup --help' lists the flags of logical (--collect.logical-slot" in text
     assert main(["logical-setup", "--help"], {}) == 0
     assert "--collect.logical-allow-unbounded-wal" in capsys.readouterr().out
 
@@ -263,6 +263,12 @@ def test_the_verdict_refuses_the_server_settings_and_the_role_naming_the_fix() -
 def test_the_verdict_refuses_a_table_the_role_may_not_read() -> None:
     (found,) = _refusals(replace(FULL, readable=False))
     assert 'GRANT SELECT ON "job" TO "watcher"' in found
+
+
+def test_the_verdict_refuses_a_table_whose_rows_row_level_security_hides() -> None:
+    (found,) = _refusals(replace(FULL, rows_hidden=True))
+    assert "row-level security hides every row of job from role watcher" in found
+    assert 'CREATE POLICY exporter_read ON "job" FOR SELECT TO "watcher"' in found
 
 
 def test_before_postgresql_15_lists_and_filters_are_not_looked_for() -> None:
