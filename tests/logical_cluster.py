@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import asyncpg
 import pytest
@@ -143,21 +144,21 @@ async def run_as_admin(dsn: str, statements: list[str]) -> None:
         await conn.close()
 
 
+async def drop_slots(dsn: str, column: Literal["slot_name", "database"], value: str) -> None:
+    """Drop the slots whose ``column`` is ``value`` once no walsender reads them: one outlives
+    its client's close briefly."""
+    where = f"FROM pg_replication_slots WHERE {column} = $1"
+    deadline = time.monotonic() + 10
+    while await fetchval(dsn, f"SELECT count(*) {where} AND active", value):
+        assert time.monotonic() < deadline, f"a slot whose {column} is {value} is still read"
+        await asyncio.sleep(0.05)
+    await execute(dsn, f"SELECT pg_drop_replication_slot(slot_name) {where}", value)
+
+
 async def drop_database(server: LogicalServer, name: str) -> None:
     """Drop a test's database, and first the slots left in it (they would keep it)."""
-    admin = server.admin_dsn()
-    deadline = time.monotonic() + 10
-    while await fetchval(
-        admin, "SELECT count(*) FROM pg_replication_slots WHERE database = $1 AND active", name
-    ):
-        assert time.monotonic() < deadline, f"a slot of {name} is still read"
-        await asyncio.sleep(0.05)
-    await execute(
-        admin,
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1",
-        name,
-    )
-    await execute(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    await drop_slots(server.admin_dsn(), "database", name)
+    await execute(server.admin_dsn(), f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _start(cluster: Cluster) -> None:

@@ -32,6 +32,7 @@ from tests.logical_cluster import (
     PUBLICATION,
     LogicalDatabase,
     LogicalServer,
+    drop_slots,
     empty_database,
     role_grants,
     run_as_admin,
@@ -82,18 +83,9 @@ async def streaming(queue: QueueSettings) -> AsyncIterator[QueueRuntime]:
 
 
 async def drop_when_released(dsn: str, slot: str | None) -> None:
-    """Drop the slot once its walsender has exited: it outlives the client's close briefly."""
-    deadline = time.monotonic() + 10
-    while await fetchval(
-        dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot
-    ):
-        assert time.monotonic() < deadline, f"slot {slot} still in use"
-        await asyncio.sleep(0.05)
-    await execute(
-        dsn,
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
-        slot,
-    )
+    """Drop the slot once its walsender has exited."""
+    assert slot is not None
+    await drop_slots(dsn, "slot_name", slot)
 
 
 async def counted(runtime: QueueRuntime, done: Callable[[], bool], limit: float = 30.0) -> None:
