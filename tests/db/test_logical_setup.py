@@ -215,6 +215,16 @@ def test_wal_level_replica_is_refused(
         asyncio.run(run_as_admin(db_dsn, [f"DROP OWNED BY {role}", f"DROP ROLE {role}"]))
 
 
+def test_a_database_the_role_may_not_connect_to_is_refused_naming_the_grant(
+    logical_db: LogicalDatabase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    revoke = f'REVOKE CONNECT ON DATABASE "{logical_db.name}" FROM PUBLIC, {ROLE}'
+    asyncio.run(run_as_admin(logical_db.admin, [revoke]))
+    err = _start(capsys, logical_db.dsn)
+    assert f"role {ROLE} may not connect to database {logical_db.name}" in err
+    assert f'GRANT CONNECT ON DATABASE "{logical_db.name}" TO "{ROLE}"' in err
+
+
 def test_a_login_the_server_refuses_is_a_refusal_without_the_password(
     logical_db: LogicalDatabase, capsys: pytest.CaptureFixture[str]
 ) -> None:
