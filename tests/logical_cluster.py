@@ -175,10 +175,10 @@ def logical_server() -> Iterator[LogicalServer]:
     """One wal_level=logical cluster for every logical test module of the session."""
     try:
         cluster = Cluster()
-        _start(cluster)
     except ClusterError as exc:
         pytest.fail(f"no wal_level=logical cluster for the tests: {exc}")
     try:
+        _start(cluster)
         password = "pw-" + uuid.uuid4().hex
         cluster.create_role(
             ROLE,
