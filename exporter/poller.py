@@ -23,6 +23,7 @@ from exporter.collection_log import CollectionLog
 from exporter.companions import Companion, Seat
 from exporter.db import Database, DatabaseError, run_cycle
 from exporter.db.catalog import inspect_table
+from exporter.db.slot_drop import LeftoverSlot
 from exporter.model import (
     ALONE,
     Health,
@@ -79,6 +80,7 @@ class Poller:
         self.mode: CountingMode = self.profile.make_mode(settings, self.labels, self.tallies)
         self._behind = False
         self._log = CollectionLog()
+        self._leftover = LeftoverSlot()  # a slot the logical mode left behind, said once
         self.health = Health()
         self.snapshot: Snapshot | None = None
         self.generation = 0  # bumped after every collection
@@ -348,6 +350,8 @@ class Poller:
         self._indexes_checked_at = self._cycle
         for name in missing:
             self._log.missing_index(name, self.settings.index_command)
+        if self.settings.collect.counting != "logical" and profile.logical_target is not None:
+            await self._leftover.look(self.database, self.settings)
 
     def _failed(self, reason: str, message: str) -> None:
         message = redact(message)  # stored for the status page and /readyz: redacted once, here

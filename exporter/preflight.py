@@ -178,7 +178,15 @@ def check_config(settings: Settings) -> Report:
     unreached = {r.queue for r in report.queues if r.unchecked is not None}
     try:
         reached = tuple(q for q in settings.queues if q.name not in unreached)
-        check_logical(replace(settings, queues=reached))
+        checked = check_logical(replace(settings, queues=reached), warn=False)
     except ConfigError as exc:
         report.refusals += str(exc).splitlines()
+    else:
+        # What was checked of each logical queue, said beside its other findings.
+        by_name = {r.queue: r for r in report.queues}
+        for line in checked:
+            name, _, said = line.removeprefix("queue ").partition(": ")
+            found = by_name.get(name)
+            if found is not None:
+                (found.warnings if "NOT checked" in said else found.proven).append(said)
     return report

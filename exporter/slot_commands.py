@@ -1,8 +1,9 @@
 """The commands and start-up checks of collect.counting: logical (docs/logical.md).
 
-``logical-setup`` prints the SQL a DBA runs; ``logical-drop`` drops each logical queue's slot
-(the exporter never drops one by itself); :func:`check_logical` refuses to start, with one
-message naming the setting, when a server cannot give what the counting needs.
+``logical-setup`` prints the SQL a DBA runs; ``logical-drop`` drops each queue's slot (the
+exporter never drops one by itself) and prints the SQL that reverses the set-up;
+:func:`check_logical` refuses to start, with one message naming the setting, when a server
+cannot give what the counting needs, and says what it checked for ``--config.check``.
 """
 
 from __future__ import annotations
@@ -10,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from typing import TextIO
 
 from exporter.db import DatabaseError
-from exporter.db.slot_setup import (
-    check_all,
-    drop_slot,
-    logical_queues,
-    setup_script,
-    slot_of,
-)
+from exporter.db.slot_checks import check_all
+from exporter.db.slot_drop import SlotFound, drop_slot
+from exporter.db.slot_setup import logical_queues, setup_script, slot_of, teardown_script
 from exporter.db.stream_failure import psycopg2_modules
 from exporter.model import LogicalTarget
 from exporter.profiles import profile_of
@@ -35,9 +33,11 @@ def target_of(queue: QueueSettings) -> LogicalTarget | None:
     return target(queue) if target is not None else None
 
 
-def check_logical(settings: Settings) -> None:
-    """ConfigError naming each refusal; a database that is down is warned about, not refused
-    (its stream fails visibly until it is back)."""
+def check_logical(settings: Settings, *, warn: bool = True) -> list[str]:
+    """ConfigError naming each refusal; else one line per logical queue saying what was
+    checked. A database that does not answer is warned about (``warn``: in the log), not
+    refused (its stream fails visibly until it is back); one that answers no (a grant missing,
+    a login refused) is refused."""
     queues = logical_queues(settings, target_of)
     presets = [q.name for q in settings.queues if q.collect.counting == "logical"]
     presets = [name for name in presets if name not in {q.name for q in queues}]
@@ -48,19 +48,28 @@ def check_logical(settings: Settings) -> None:
             "preset (docs/presets.md says why)"
         )
     if not queues:
-        return
+        return []
     try:
         psycopg2_modules()
     except DatabaseError as exc:
         raise ConfigError(str(exc)) from None  # it names collect.counting: logical already
     problems, unchecked = asyncio.run(check_all(settings, target_of))
-    for queue, why in unchecked:
-        log.warning(
-            "logical counting not checked now: the database cannot be reached",
-            extra={"fields": {"queue": queue, "err": why}},
-        )
     if problems:
         raise ConfigError("\n".join(problems))
+    why = dict(unchecked)
+    for queue, reason in unchecked if warn else ():
+        log.warning(
+            "logical counting not checked now: the database cannot be reached",
+            extra={"fields": {"queue": queue, "err": reason}},
+        )
+    return [
+        f"queue {q.name}: counting logical NOT checked, the database cannot be reached "
+        f"({why[q.name]})"
+        if q.name in why
+        else f"queue {q.name}: counting logical fits its server"
+        for q in queues
+        if q.database.dsn
+    ]
 
 
 def refuse_demo(settings: Settings) -> None:
@@ -78,20 +87,51 @@ def logical_command(command: str, settings: Settings) -> int:
         sys.stdout.write(setup_script(settings, target_of))
         sys.stdout.flush()
         return 0
+    return _drop(settings)
+
+
+def _drop(settings: Settings) -> int:
+    """Drop the slot of every queue whose profile can stream, whatever its counting now (a
+    queue moved back to polling is the usual case); 1 when nothing was dropped or one failed."""
+    queues = [(q, t) for q in settings.queues if (t := target_of(q)) is not None]
+    dropped: list[SlotFound] = []
+    reverse: list[tuple[QueueSettings, LogicalTarget]] = []
     failed = False
-    for queue in logical_queues(settings, target_of):
+    for queue, target in queues:
         slot = slot_of(queue)
         if not queue.database.dsn:
-            sys.stderr.write(f"queue {queue.name}: no database.dsn, slot {slot} not dropped\n")
+            _say(sys.stderr, f"queue {queue.name}: no database.dsn, slot {slot} not dropped")
             failed = True
             continue
         try:
-            dropped = asyncio.run(drop_slot(queue))
+            found = asyncio.run(drop_slot(queue, slot))
         except DatabaseError as exc:
-            sys.stderr.write(f"queue {queue.name}: slot {slot} not dropped: {redact(str(exc))}\n")
+            _say(sys.stderr, f"queue {queue.name}: slot {slot} not dropped: {exc}")
             failed = True
             continue
-        done = "dropped" if dropped else "not found (nothing to drop)"
-        sys.stdout.write(f"queue {queue.name}: slot {slot} {done}\n")
+        if found is None:
+            _say(sys.stdout, f"queue {queue.name}: no slot {slot} (nothing to drop)")
+        else:
+            _say(sys.stdout, f"queue {queue.name}: slot {slot} dropped{_kept(found)}")
+            dropped.append(found)
+        if found is not None or queue.collect.counting == "logical":
+            reverse.append((queue, target))
+    if not queues:
+        _say(sys.stderr, "no queue's profile can count from a change stream: no slot to drop")
+    elif not dropped and not failed:
+        _say(sys.stderr, "nothing was dropped: no queue has a replication slot")
+    sys.stdout.write(teardown_script(reverse))
     sys.stdout.flush()
-    return 1 if failed else 0
+    return 1 if failed or not dropped else 0
+
+
+def _kept(slot: SlotFound) -> str:
+    if slot.retained_bytes is None:
+        return ""
+    kept = slot.retained_bytes
+    size = f"{kept / 2**20:.1f} MiB" if kept >= 2**20 else f"{kept} bytes"
+    return f" (it kept {size} of WAL)"
+
+
+def _say(stream: TextIO, line: str) -> None:
+    stream.write(redact(line) + "\n")  # a server's error may echo what the DSN carried

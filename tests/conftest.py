@@ -183,3 +183,8 @@ def restore_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
+
+# The session's wal_level=logical cluster and its published queue databases (tests/db and
+# tests/system share them): logical_server, logical_db.
+pytest_plugins = ("tests.logical_cluster",)

@@ -17,7 +17,8 @@ def slot_row() -> list[Json]:
             "Per logical queue: bytes of WAL the slot is behind the server (changes not yet "
             "decoded or not yet carried by a scrape) and bytes the server keeps on disk for it. "
             "Lag that keeps growing means the exporter falls behind or is not scraped; retained "
-            "WAL near max_slot_wal_keep_size means the slot is about to be invalidated.",
+            "WAL near max_slot_wal_keep_size means the slot is about to be invalidated, and "
+            "retained WAL that keeps growing without that cap fills the primary's disk.",
             "bytes",
             [
                 target(f"jobqueue_exporter_logical_lag_bytes{{{E}}}", "behind {{queue}}"),
@@ -25,7 +26,11 @@ def slot_row() -> list[Json]:
             ],
             Look(
                 width=16,
-                links=runbook("JobQueueLogicalLagGrowing", "JobQueueLogicalWalNearCap"),
+                links=runbook(
+                    "JobQueueLogicalLagGrowing",
+                    "JobQueueLogicalWalNearCap",
+                    "JobQueueLogicalWalUnbounded",
+                ),
             ),
         ),
         stat(

@@ -104,8 +104,10 @@ class StreamFold:
             if before in ACTIVE_NAMES:
                 # Gone before it finished (retention, a manual cleanup): not a completion.
                 tally.vanished[ACTIVE_NAMES[before]] += 1
-            elif before == DEAD:
+            elif before == DEAD and self._job_type in old:
                 tally.dead_delta[self._key(old)] -= 1
+            elif before == DEAD:
+                tally.dead_unknown += 1
             # A finished (DONE) row was counted when it finished.
         elif kind == TRUNCATE:
             tally.truncates += 1

@@ -87,6 +87,8 @@ class LogicalMode:
         tally = batch.tally
         credit(tally, self.tallies, self.labels.label, self.unmapped_new)
         self.dead_delta.update(tally.dead_delta)
+        if tally.dead_unknown:
+            self.dead_letter.counted_at = None  # recounted at the next cycle
         self.changes += tally.changes
         self.truncates += tally.truncates
         self.position = max(self.position, batch.position)

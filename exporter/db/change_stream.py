@@ -35,7 +35,7 @@ from typing import Any
 
 from exporter.db.change_folder import Gap, Outlet, TransactionFolder
 from exporter.db.pgoutput import PgoutputError
-from exporter.db.pool import DatabaseError
+from exporter.db.pool import APPLICATION_NAME, DatabaseError
 from exporter.db.stream_failure import (
     NOT_IN_PREREQUISITE_STATE,
     StreamFailure,
@@ -222,6 +222,8 @@ class ChangeStream:
                 connection_factory=extras.LogicalReplicationConnection,
                 connect_timeout=max(1, round(self.options.connect_timeout)),
                 options=SESSION_OPTIONS,
+                # pg_stat_replication names the holder by it (logical-drop, "slot in use").
+                application_name=f"{APPLICATION_NAME} stream {self.options.slot}",
                 **KEEPALIVES,
             )
         except psycopg2.Error as exc:

@@ -30,9 +30,10 @@ from exporter.model.exchange import Results as Results
 from exporter.model.exchange import Row as Row
 from exporter.model.exchange import TableShape as TableShape
 from exporter.model.replication import WAL_STATUSES as WAL_STATUSES
-from exporter.model.replication import LogicalTarget as LogicalTarget
 from exporter.model.replication import SlotHealth as SlotHealth
 from exporter.model.replication import StreamHealth as StreamHealth
+from exporter.model.slot_target import IdentityIndex as IdentityIndex
+from exporter.model.slot_target import LogicalTarget as LogicalTarget
 from exporter.vocabulary import (
     COST_COMPONENTS,
     FAILURE_REASONS,
@@ -313,8 +314,6 @@ class HeldJobs:
         return self.jobs > self.cap
 
 
-# pg_replication_slots.wal_status: how safe the WAL the slot still needs is. "lost" means the
-# server removed some of it: the slot is invalidated and the counts have a gap.
 @dataclass(frozen=True)
 class Standing:
     """Where this exporter stands in a queue's election (exporter/election.py)."""

@@ -48,6 +48,9 @@ class ChangeTally:
     unmapped: Counter[str] = field(default_factory=Counter)
     unmapped_text: dict[str, str | None] = field(default_factory=dict)
     dead_delta: Counter[JobType] = field(default_factory=Counter)  # change in DEAD rows
+    # DEAD rows deleted whose job type the change did not carry (an identity index's old row
+    # holds its key alone): the dead gauge is recounted rather than guessed.
+    dead_unknown: int = 0
     truncates: int = 0
     changes: int = 0  # changes of the table read, counted or not
     _keys: set[JobType] = field(default_factory=set)
@@ -107,6 +110,7 @@ class ChangeTally:
         for shown, text in other.unmapped_text.items():
             self.unmapped_text.setdefault(shown, text)
         self.dead_delta.update(other.dead_delta)
+        self.dead_unknown += other.dead_unknown
         self.truncates += other.truncates
         self.changes += other.changes
 

@@ -1,11 +1,13 @@
-"""The logical counting mode's replication as the layers see it: which table a queue's stream
-reads, and the health of its slot and stream on the leader. Plain data, no I/O."""
+"""The logical counting mode's slot and stream as the leader reports them each cycle: plain data
+for the metrics and the status page, no I/O (what the stream reads: model/slot_target.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# pg_replication_slots.wal_status: how safe the WAL the slot still needs is. "lost" means the
+# server removed some of it: the slot is invalidated and the counts have a gap.
 WAL_STATUSES = ("reserved", "extended", "unreserved", "lost")
 
 
@@ -27,12 +29,3 @@ class SlotHealth:
     safe_wal_bytes: int | None  # WAL that may still be written before the slot is lost;
     # None when max_slot_wal_keep_size is -1 (unbounded: the slot is never lost, the disk fills)
     gaps: int  # slots found invalidated or lost and replaced by a new baseline, since start
-
-
-@dataclass(frozen=True)
-class LogicalTarget:
-    """The table a queue's change stream reads, and the column whose old value an identity
-    index must carry (None: only REPLICA IDENTITY FULL gives the old row the counting needs)."""
-
-    table: str
-    key_column: str | None

@@ -13,11 +13,18 @@ from exporter.counting.statuses import StatusValues
 from exporter.counting.stream_mode import LogicalMode
 from exporter.counting.tracker import TrackerOptions
 from exporter.counting.transitions import CursorOptions, TransitionCursor
-from exporter.model import Coverage, JobTypeLabels, LogicalTarget, TableShape, Tallies
+from exporter.model import (
+    Coverage,
+    IdentityIndex,
+    JobTypeLabels,
+    LogicalTarget,
+    TableShape,
+    Tallies,
+)
 from exporter.profiles.base import Profile
 from exporter.settings import QueueSettings
 from exporter.settings.table import TableMapping
-from exporter.vocabulary import DEFAULT_PROFILE, REQUIRED_INDEXES
+from exporter.vocabulary import DEFAULT_PROFILE, REQUIRED_INDEXES, Status
 
 
 def _paths(settings: QueueSettings) -> ResultPaths:
@@ -112,9 +119,42 @@ def _retune(settings: QueueSettings, mode: DefaultMode) -> None:
     )
 
 
+# The roles the change stream's count reads (exporter/counting/stream_counter.py): a
+# publication's column list carries these and no more (payload stays out of the stream).
+STREAMED_ROLES = (
+    "job_id", "job_type", "status", "attempts", "run_after", "run_started_at", "result",
+    "last_error", "created_at", "updated_at",
+)  # fmt: skip
+IDENTITY_ROLES = ("job_id", "status", "attempts")
+
+
 def _logical_target(settings: QueueSettings) -> LogicalTarget:
-    # An identity index that carries the status column gives the old status; FULL gives more.
-    return LogicalTarget(settings.database.table, settings.mapping.column("status"))
+    # An identity index of (job_id, status, attempts) gives the old status and attempts of
+    # every change that moves either, and no old row otherwise (a heartbeat). It is exact only
+    # where each transition writes what the count reads from it (result and updated_at at the
+    # completion, last_error at a failure): an unchanged TOASTed value arrives without its
+    # value, and nothing older can fill it in. The reference schema's contract says so
+    # (exporter/sql/schema.sql); a table mapped onto an application of its own may not, so
+    # logical-setup gives it FULL and offers the index with that condition (docs/logical.md).
+    mapping = settings.mapping
+    return LogicalTarget(
+        settings.database.table,
+        mapping.column("status"),
+        mapping.column("attempts"),
+        columns=tuple(mapping.column(role) for role in STREAMED_ROLES),
+        index=IdentityIndex(
+            index_name(mapping, "identity"),
+            tuple(mapping.column(role) for role in IDENTITY_ROLES),
+            exact=_reference_shaped(mapping),
+        ),
+        done_value=mapping.value(Status.DONE),
+    )
+
+
+def _reference_shaped(mapping: TableMapping) -> bool:
+    """The reference's columns and status values, whatever the table's name."""
+    reference = TableMapping()
+    return dict(mapping.columns) == dict(reference.columns) and mapping.reference_statuses
 
 
 DEFAULT: Profile[DefaultMode] = Profile(

@@ -60,6 +60,7 @@ HEALTH_ALERTS = (
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalWalUnbounded",
     "JobQueueLogicalGap",
 )
 

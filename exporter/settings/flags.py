@@ -34,7 +34,7 @@ SUMMARIES = {
     INDEXES: "print the CREATE INDEX statements each queue's table needs",
     HEALTHCHECK: "ask the running exporter's /healthz; exit 0 or 1",
     LOGICAL_SETUP: "print the SQL a DBA runs for collect.counting: logical",
-    LOGICAL_DROP: "drop each logical queue's replication slot",
+    LOGICAL_DROP: "drop each queue's replication slot; print what undoes logical-setup",
 }
 COMMANDS = tuple(SUMMARIES)
 # The sections whose flags each command takes; log is everyone's.
@@ -103,8 +103,10 @@ _DESCRIPTION = {
     LOGICAL_SETUP: "Print, per queue counted with collect.counting: logical, the SQL a DBA\n"
     "runs (replica identity, publication, role) and the server settings to check\n"
     "(docs/logical.md).",
-    LOGICAL_DROP: "Drop the replication slot of each queue counted with collect.counting: logical\n"
-    "(the exporter never drops it by itself). Stop the exporters first.",
+    LOGICAL_DROP: "Drop the replication slot of each queue whose profile can count from a change\n"
+    "stream, in logical mode or back to polling (the exporter never drops one by itself),\n"
+    "then print the SQL that reverses logical-setup. Stop the exporters first: a slot in\n"
+    "use is not dropped, and its holder is named. Exit 1 when nothing was dropped.",
 }
 _EPILOG = """\
 Every flag is also a key of the --config.file YAML (docs/configuration.md) and

@@ -53,6 +53,18 @@ def slot_name(value: str | None) -> None:
         raise ValueError(f"must be 1 to {MAX_SLOT_NAME} lower-case letters, digits and underscores")
 
 
+def publication_names(value: str | None) -> None:
+    """One publication's name, or two separated by a comma (the second publishes the filtered
+    deletes logical-setup offers); each spelled as a slot's name (null: the slot's name)."""
+    if value is None:
+        return
+    names = value.split(",")
+    if len(names) > 2:
+        raise ValueError("must be one publication, or two separated by a comma")
+    for name in names:
+        slot_name(name)
+
+
 def positive(value: float) -> None:
     """Refuse zero."""
     if value <= 0:
@@ -231,7 +243,8 @@ class CollectSettings:
         "Path in result of the total cost in USD (null: not read).", optional=True,
     )  # fmt: skip
     counting: str = setting(
-        Kind.CHOICE, "polling", "How to count transitions (docs/logical.md).",
+        Kind.CHOICE, "polling", "How to count transitions (docs/logical.md); 'logical-setup "
+        "--help' lists the flags of logical (--collect.logical-slot, ...).",
         choices=COUNTING_MODES,
     )  # fmt: skip
     logical_slot: str | None = setting(
@@ -240,8 +253,9 @@ class CollectSettings:
         per_queue=True,
     )  # fmt: skip
     logical_publication: str | None = setting(
-        Kind.STRING, None, "Publication of the queue's table for counting: logical (null: the "
-        "slot's name).", optional=True, check=slot_name, listed_in="logical-setup",
+        Kind.STRING, None, "Publication of the queue's table for counting: logical, or two "
+        "separated by a comma, the second publishing deletes but a finished row's (null: the "
+        "slot's name).", optional=True, check=publication_names, listed_in="logical-setup",
         per_queue=True,
     )  # fmt: skip
     logical_allow_unbounded_wal: bool = setting(

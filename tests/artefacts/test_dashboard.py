@@ -45,6 +45,7 @@ ALERT_NAMES = (
     "JobQueueMalformedRows",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalWalUnbounded",
     "JobQueueLogicalGap",
 )
 
@@ -98,7 +99,11 @@ REQUIRED_RUNBOOK_LINKS: dict[str, set[str]] = {
     "Lease-expired age": {"JobQueueReaperNotRunning"},
     "Collection error ratio": {"JobQueueCollectionErrors"},
     "Malformed rows": {"JobQueueMalformedRows"},
-    "Replication slot WAL": {"JobQueueLogicalLagGrowing", "JobQueueLogicalWalNearCap"},
+    "Replication slot WAL": {
+        "JobQueueLogicalLagGrowing",
+        "JobQueueLogicalWalNearCap",
+        "JobQueueLogicalWalUnbounded",
+    },
     "Slot gaps (1h)": {"JobQueueLogicalGap"},
 }
 

@@ -59,6 +59,8 @@ EQUIVALENT = {
     ("JobQueueHighFailureRatio", "sum without(", "max without(", 322): "multiplied by 0",
     ("JobQueueHighFailureRatio", "sum without(", "max without(", 659): "multiplied by 0",
     ("JobQueueWorkerCrashStorm", "sum without(", "max without(", 349): "multiplied by 0",
+    # An unless operand's value is never read: only whether the series exists.
+    ("JobQueueLogicalWalUnbounded", "max without(", "sum without(", 383): "unless: presence",
 }
 
 pytestmark = pytest.mark.slow

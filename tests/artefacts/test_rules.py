@@ -69,6 +69,7 @@ EXPECTED_ALERTS = {
     "JobQueueHeldJobsCapExceeded",
     "JobQueueLogicalLagGrowing",
     "JobQueueLogicalWalNearCap",
+    "JobQueueLogicalWalUnbounded",
     "JobQueueLogicalGap",
 }
 

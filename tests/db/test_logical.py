@@ -1,5 +1,7 @@
-"""collect.counting: logical on a throwaway wal_level=logical cluster, against the reference
-queue's own record of what it did (docs/logical.md).
+"""collect.counting: logical on the session's wal_level=logical cluster, against the reference
+queue's own record of what it did (docs/logical.md). The exporter connects as its documented
+role plus REPLICATION; the tables are set up by logical-setup's own SQL, run by an admin: the
+reference table with its identity index and column list, the mapped one with FULL.
 
 Each history here is one that polling gets wrong or cannot see (issue 29): jobs deleted right
 after completion, completions that leave updated_at alone, two failures or two requeues of one
@@ -20,22 +22,29 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from exporter.cli import main
-from exporter.demo.cluster import Cluster
 from exporter.demo.queue import JobQueue, Transition
 from exporter.demo.tally import Tally
 from exporter.model import ConfigStatus
 from exporter.runtime import QueueRuntime
-from exporter.settings import QueueSettings
+from exporter.settings import QueueSettings, Settings
 from exporter.web.status import StatusPage, status_page
 from tests.conftest import execute, fetchval
 from tests.helpers import fast_queue
-from tests.logical_cluster import PUBLICATION
+from tests.logical_cluster import (
+    PUBLICATION,
+    LogicalDatabase,
+    LogicalServer,
+    drop_slots,
+    empty_database,
+    role_grants,
+    run_as_admin,
+    setup_statements,
+)
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
 from tests.pages import RenderedPage
 from tests.truth import assert_exact, expected
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.logical, pytest.mark.slow]
 
 RESULT = {"metrics": {"duration_ms": 250, "cost": {"ai_usd": 0.01, "total_usd": 0.015}}}
 _names = itertools.count()
@@ -77,18 +86,9 @@ async def streaming(queue: QueueSettings) -> AsyncIterator[QueueRuntime]:
 
 
 async def drop_when_released(dsn: str, slot: str | None) -> None:
-    """Drop the slot once its walsender has exited: it outlives the client's close briefly."""
-    deadline = time.monotonic() + 10
-    while await fetchval(
-        dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND active", slot
-    ):
-        assert time.monotonic() < deadline, f"slot {slot} still in use"
-        await asyncio.sleep(0.05)
-    await execute(
-        dsn,
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1",
-        slot,
-    )
+    """Drop the slot once its walsender has exited."""
+    assert slot is not None
+    await drop_slots(dsn, "slot_name", slot)
 
 
 async def counted(runtime: QueueRuntime, done: Callable[[], bool], limit: float = 30.0) -> None:
@@ -125,10 +125,12 @@ def record(truth: Tally, *steps: Transition | None) -> None:
         truth.record(step)
 
 
-async def test_jobs_deleted_right_after_completion_are_all_counted(logical_dsn: str) -> None:
+async def test_jobs_deleted_right_after_completion_are_all_counted(
+    logical_db: LogicalDatabase,
+) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue = JobQueue(conn, backoff_base=0.0)
             for n in range(40):
@@ -146,10 +148,12 @@ async def test_jobs_deleted_right_after_completion_are_all_counted(logical_dsn: 
         assert not runtime.poller.tallies.vanished  # finished rows deleted: nothing more
 
 
-async def test_completions_that_leave_updated_at_alone_are_counted(logical_dsn: str) -> None:
+async def test_completions_that_leave_updated_at_alone_are_counted(
+    logical_db: LogicalDatabase,
+) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue = JobQueue(conn, backoff_base=0.0)
             for _ in range(30):
@@ -179,11 +183,11 @@ async def test_completions_that_leave_updated_at_alone_are_counted(logical_dsn: 
 
 
 async def test_two_failures_and_two_requeues_inside_one_interval_keep_their_reasons(
-    logical_dsn: str,
+    logical_db: LogicalDatabase,
 ) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue = JobQueue(conn, backoff_base=0.0)
             for _ in range(10):  # two attempts, two reasons, no collection in between
@@ -212,10 +216,12 @@ async def test_two_failures_and_two_requeues_inside_one_interval_keep_their_reas
         assert tallies.dead[("2", "error")] == 20
 
 
-async def test_a_job_handed_back_with_attempts_minus_one_is_no_failure(logical_dsn: str) -> None:
+async def test_a_job_handed_back_with_attempts_minus_one_is_no_failure(
+    logical_db: LogicalDatabase,
+) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue = JobQueue(conn, backoff_base=0.0)
             for _ in range(30):
@@ -242,16 +248,20 @@ async def test_a_job_handed_back_with_attempts_minus_one_is_no_failure(logical_d
 
 
 async def test_a_mapped_table_counts_exactly_from_its_stream(
-    logical_cluster: Cluster, tmp_path: Path
+    logical_server: LogicalServer, tmp_path: Path
 ) -> None:
-    name = f"logical_{next(_names)}"
-    logical_cluster.create_database(name)
-    dsn = logical_cluster.dsn(name)
-    base = tasks_queue(tmp_path / "tasks.yml", dsn)
-    await prepare_tasks(dsn, base.mapping)
-    await execute(dsn, "ALTER TABLE app.tasks REPLICA IDENTITY FULL")
-    await execute(dsn, f"CREATE PUBLICATION {PUBLICATION} FOR TABLE app.tasks")
-    queue = logical_queue(dsn, replace(base, collect=fast_queue(dsn).collect))
+    async with empty_database(logical_server) as db:
+        base = tasks_queue(tmp_path / "tasks.yml", db.dsn)
+        await prepare_tasks(db.admin, base.mapping)
+        queue = logical_queue(db.dsn, replace(base, collect=fast_queue(db.dsn).collect))
+        # logical-setup gives a mapped table FULL: its application may leave a value alone.
+        statements = setup_statements(Settings(queues=(queue,)))
+        assert 'ALTER TABLE "app"."tasks" REPLICA IDENTITY FULL' in statements
+        await run_as_admin(db.admin, [*statements, *role_grants(db.name, "app", "app.tasks")])
+        await _count_mapped(queue, db.admin)
+
+
+async def _count_mapped(queue: QueueSettings, dsn: str) -> None:
     truth = Tally()
     async with streaming(queue) as runtime:
         conn = await asyncpg.connect(dsn)
@@ -276,11 +286,11 @@ async def test_a_mapped_table_counts_exactly_from_its_stream(
 
 
 async def test_a_prepared_transaction_is_counted_once_at_its_commit_prepared(
-    logical_dsn: str,
+    logical_db: LogicalDatabase,
 ) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue = JobQueue(conn, backoff_base=0.0)
             await conn.execute("BEGIN")
@@ -299,11 +309,13 @@ async def test_a_prepared_transaction_is_counted_once_at_its_commit_prepared(
         assert_exact(runtime.poller, truth)
 
 
-async def test_counts_arrive_while_a_long_transaction_stays_open(logical_dsn: str) -> None:
+async def test_counts_arrive_while_a_long_transaction_stays_open(
+    logical_db: LogicalDatabase,
+) -> None:
     truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        holder = await asyncpg.connect(logical_dsn)
-        conn = await asyncpg.connect(logical_dsn)
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        holder = await asyncpg.connect(logical_db.admin)
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             # A writing transaction (it holds an xid, so the slot's restart_lsn cannot pass it)
             # and a read-only one: neither holds back the commits that come after them.
@@ -323,69 +335,6 @@ async def test_counts_arrive_while_a_long_transaction_stays_open(logical_dsn: st
         finally:
             await holder.close()
             await conn.close()
-
-
-# --- refusals at start ------------------------------------------------------------------
-
-
-def _start(dsn: str, *extra: str) -> list[str]:
-    return [
-        "--database.dsn", dsn, "--collect.counting", "logical",
-        "--collect.logical-publication", PUBLICATION, "--collect.logical-slot", "never_made",
-        *extra,
-    ]  # fmt: skip
-
-
-@pytest.mark.usefixtures("restore_logging")
-def test_start_is_refused_without_wal_level_logical(
-    db_dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    assert main(_start(db_dsn), {}) == 2
-    err = capsys.readouterr().err
-    assert "collect.counting" in err
-    assert "wal_level is replica" in err
-
-
-@pytest.mark.usefixtures("restore_logging")
-def test_start_is_refused_with_unbounded_slot_wal_unless_allowed(
-    logical_cluster: Cluster, logical_dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    logical_cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = -1; SELECT pg_reload_conf()")
-    try:
-        time.sleep(0.2)
-        assert main(_start(logical_dsn), {}) == 2
-        err = capsys.readouterr().err
-        assert "collect.logical_allow_unbounded_wal" in err
-        assert "max_slot_wal_keep_size is -1" in err
-        # Allowed, and the table set up: nothing else refuses (checked without serving).
-        assert _refusals(logical_dsn, "--collect.logical-allow-unbounded-wal") == ""
-    finally:
-        logical_cluster.psql(
-            "ALTER SYSTEM SET max_slot_wal_keep_size = '1GB'; SELECT pg_reload_conf()"
-        )
-
-
-@pytest.mark.usefixtures("restore_logging")
-def test_start_is_refused_when_the_replica_identity_lacks_the_old_status(
-    logical_dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    asyncio.run(execute(logical_dsn, "ALTER TABLE job REPLICA IDENTITY DEFAULT"))
-    assert main(_start(logical_dsn), {}) == 2
-    err = capsys.readouterr().err
-    assert "REPLICA IDENTITY DEFAULT" in err
-    assert "ALTER TABLE job REPLICA IDENTITY FULL" in err
-
-
-def _refusals(dsn: str, *extra: str) -> str:
-    """What the start's checks say of these flags, without serving."""
-    from exporter.cli import parse_command_line, settings_from_namespace
-    from exporter.db.slot_setup import check_all
-    from exporter.slot_commands import target_of
-
-    settings = settings_from_namespace(parse_command_line(_start(dsn, *extra)), {})
-    problems, unchecked = asyncio.run(check_all(settings, target_of))
-    assert not unchecked
-    return "\n".join(problems)
 
 
 # --- where the slot is confirmed ----------------------------------------------------------
@@ -413,24 +362,24 @@ async def _until(
 
 
 async def test_the_slot_is_confirmed_where_a_scrape_carries_the_counts_before_it_is_served(
-    logical_dsn: str,
+    logical_db: LogicalDatabase,
 ) -> None:
     from exporter.web.exposition import Exposition
 
-    queue = logical_queue(logical_dsn, fast_queue(logical_dsn, interval=60.0))
+    queue = logical_queue(logical_db.dsn, fast_queue(logical_db.dsn, interval=60.0))
     slot = queue.collect.logical_slot
     truth = Tally()
     async with streaming(queue) as runtime:
         follower = runtime.follower
         assert follower is not None
-        conn = await asyncpg.connect(logical_dsn)
+        conn = await asyncpg.connect(logical_db.admin)
         try:
             queue_ops = JobQueue(conn, backoff_base=0.0)
             for _ in range(5):
                 record(truth, await queue_ops.enqueue(1))
             await counted(runtime, caught_up(runtime, truth))
             counted_at = follower.position
-            before = await _confirmed(logical_dsn, slot)
+            before = await _confirmed(logical_db.dsn, slot)
             # Counted, not scraped, not three intervals old: a successor would get them again.
             assert before < counted_at
             # A scrape carries them: its response leaves once the stream sent that position,
@@ -438,7 +387,7 @@ async def test_the_slot_is_confirmed_where_a_scrape_carries_the_counts_before_it
             await Exposition(runtime.board).body()
             assert follower.stream.confirmed_lsn >= counted_at
             deadline = time.monotonic() + 5  # the walsender reads the feedback it was sent
-            while await _confirmed(logical_dsn, slot) < counted_at:
+            while await _confirmed(logical_db.dsn, slot) < counted_at:
                 assert time.monotonic() < deadline, "the served position never reached the slot"
                 await asyncio.sleep(0.02)
             # Other tables' WAL (the job table quiet): the slot follows the server's position,
@@ -447,67 +396,25 @@ async def test_the_slot_is_confirmed_where_a_scrape_carries_the_counts_before_it
             target = int(await conn.fetchval("SELECT (pg_current_wal_flush_lsn() - '0/0')::bigint"))
 
             async def past_other_tables() -> bool:
-                return await _confirmed(logical_dsn, slot) >= target
+                return await _confirmed(logical_db.dsn, slot) >= target
 
             await _until(past_other_tables, runtime)
         finally:
             await conn.close()
 
 
-async def enqueued(dsn: str, count: int) -> list[Transition | None]:
-    """Enqueue count jobs of type 1 with the reference SQL; its record of each."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        return [await JobQueue(conn, backoff_base=0.0).enqueue(1) for _ in range(count)]
-    finally:
-        await conn.close()
-
-
-@pytest.mark.logical
-async def test_the_status_page_shows_a_logical_queues_mode_and_its_slot_lag(
-    logical_dsn: str,
+async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(
+    logical_db: LogicalDatabase,
 ) -> None:
-    truth = Tally()
-    async with streaming(logical_queue(logical_dsn)) as runtime:
-        record(truth, *await enqueued(logical_dsn, 3))
-        await counted(runtime, caught_up(runtime, truth))
-        status = runtime.poller.status()
-    slot = status.view.slot
-    assert slot is not None, "the leader reports its slot every cycle"
-    polled = replace(status, view=replace(status.view, queue="polled", slot=None))
-    polled = replace(polled, counting="polling")
-    text = status_page(StatusPage("/metrics", 1.0, time.time(), ConfigStatus(), (status, polled)))
-    cells = RenderedPage(text).cells
-    assert status.counting == "logical"  # from collect.counting, through the poller
-    assert cells[status.view.queue]["counting"].startswith("logical slot lag ")
-    assert f"{slot.lag_bytes:,} bytes of WAL not yet confirmed" in text
-    assert cells["polled"]["counting"] == "polling"
-
-
-@pytest.mark.usefixtures("restore_logging")
-def test_logical_drop_drops_the_queues_slot_and_says_when_there_is_none(
-    logical_dsn: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    asyncio.run(
-        execute(logical_dsn, "SELECT pg_create_logical_replication_slot('to_drop', 'pgoutput')")
-    )
-    args = ["logical-drop", *_start(logical_dsn)[:-2], "--collect.logical-slot", "to_drop"]
-    assert main(args, {}) == 0
-    assert "slot to_drop dropped" in capsys.readouterr().out
-    assert main(args, {}) == 0
-    assert "slot to_drop not found" in capsys.readouterr().out
-
-
-async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(logical_dsn: str) -> None:
     """Two exporters, one slot: only the leader streams; after it stops, the standby counts
     its unscraped tail once, so the leader's scraped counts plus the standby's equal the truth."""
     from exporter.web.exposition import Exposition
     from tests.helpers import parse, value
 
-    queue = logical_queue(logical_dsn, fast_queue(logical_dsn, interval=3.0))
+    queue = logical_queue(logical_db.dsn, fast_queue(logical_db.dsn, interval=3.0))
     queue = replace(queue, collect=replace(queue.collect, leader_election=True))
     leader, standby = QueueRuntime(queue), QueueRuntime(queue)
-    conn = await asyncpg.connect(logical_dsn)
+    conn = await asyncpg.connect(logical_db.admin)
     ops = JobQueue(conn, backoff_base=0.0)
 
     async def until(check: Callable[[], bool], limit: float = 30.0) -> None:
@@ -536,7 +443,7 @@ async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(logical_dsn
         await until(lambda: leader.poller.health.up)
         deadline = time.monotonic() + 30
         while not await fetchval(
-            logical_dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot
+            logical_db.dsn, "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1", slot
         ):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.1)
@@ -558,8 +465,32 @@ async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(logical_dsn
         for runtime in (leader, standby):
             await runtime.database.close()
         await execute(
-            logical_dsn,
+            logical_db.dsn,
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = $1",
             queue.collect.logical_slot,
         )
+
+
+async def test_the_status_page_shows_a_logical_queues_mode_and_its_slot_lag(
+    logical_db: LogicalDatabase,
+) -> None:
+    truth = Tally()
+    async with streaming(logical_queue(logical_db.dsn)) as runtime:
+        conn = await asyncpg.connect(logical_db.admin)
+        try:
+            record(truth, *[await JobQueue(conn, backoff_base=0.0).enqueue(1) for _ in range(3)])
+        finally:
+            await conn.close()
+        await counted(runtime, caught_up(runtime, truth))
+        status = runtime.poller.status()
+    slot = status.view.slot
+    assert slot is not None, "the leader reports its slot every cycle"
+    polled = replace(status, view=replace(status.view, queue="polled", slot=None))
+    polled = replace(polled, counting="polling")
+    text = status_page(StatusPage("/metrics", 1.0, time.time(), ConfigStatus(), (status, polled)))
+    cells = RenderedPage(text).cells
+    assert status.counting == "logical"  # from collect.counting, through the poller
+    assert cells[status.view.queue]["counting"].startswith("logical slot lag ")
+    assert f"{slot.lag_bytes:,} bytes of WAL not yet confirmed" in text
+    assert cells["polled"]["counting"] == "polling"

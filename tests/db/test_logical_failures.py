@@ -29,6 +29,7 @@ from tests.db.test_logical import (
     logical_queue,
     record,
 )
+from tests.logical_cluster import PUBLICATION, LogicalDatabase
 from tests.truth import assert_exact
 
 pytestmark = [pytest.mark.slow, pytest.mark.logical]
@@ -43,25 +44,25 @@ def hold_slot(dsn: str, slot: str) -> object:
     conn = psycopg2.connect(dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection)
     cur = conn.cursor()
     cur.start_replication(slot_name=slot, decode=False,
-                          options={"proto_version": "1", "publication_names": "jobqueue_test"})  # fmt: skip
+                          options={"proto_version": "1", "publication_names": PUBLICATION})  # fmt: skip
     return conn
 
 
 async def test_a_slot_held_by_another_consumer_fails_the_collection_and_then_loses_nothing(
-    logical_dsn: str,
+    logical_db: LogicalDatabase,
 ) -> None:
-    queue = logical_queue(logical_dsn)
+    queue = logical_queue(logical_db.dsn)
     slot = queue.collect.logical_slot
     assert slot is not None
     # The slot exists (a previous leader made it); its positions are where counting starts.
-    await execute(logical_dsn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
+    await execute(logical_db.dsn, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", slot)
     truth = Tally()
-    holder = hold_slot(logical_dsn, slot)
+    holder = hold_slot(logical_db.dsn, slot)
     runtime = QueueRuntime(queue)
     poller, follower = runtime.poller, runtime.follower
     assert follower is not None
     try:
-        conn = await asyncpg.connect(logical_dsn)
+        conn = await asyncpg.connect(logical_db.admin)  # the application
         try:
             jobs = JobQueue(conn, backoff_base=0.0)
             for n in range(20):
@@ -93,4 +94,4 @@ async def test_a_slot_held_by_another_consumer_fails_the_collection_and_then_los
     finally:
         await runtime.stop()
         await runtime.database.close()
-        await drop_when_released(logical_dsn, slot)
+        await drop_when_released(logical_db.dsn, slot)

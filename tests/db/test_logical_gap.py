@@ -1,8 +1,9 @@
 """A slot invalidated by max_slot_wal_keep_size is a gap: counted once, replaced, and counting
 goes on exactly from the new slot's baseline while /metrics keeps serving (docs/logical.md).
 
-The cluster caps the WAL a slot may keep at 1 MB (less than one segment), so a segment switch
-and a checkpoint invalidate a slot that nobody reads: wal_status becomes 'lost'.
+While this module runs, the session's logical cluster caps the WAL a slot may keep at 1 MB
+(less than one segment), so a segment switch and a checkpoint invalidate a slot that nobody
+reads: wal_status becomes 'lost'. The exporter connects as its documented role.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from exporter.demo.cluster import Cluster
 from exporter.demo.queue import JobQueue
 from exporter.demo.tally import Tally
 from exporter.runtime import QueueRuntime
@@ -33,26 +33,27 @@ from tests.db.test_logical import (
     record,
 )
 from tests.helpers import fast_queue, parse, value
-from tests.logical_cluster import PUBLICATION, logical_cluster, published_database
+from tests.logical_cluster import PUBLICATION, LogicalDatabase, LogicalServer
 from tests.truth import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.logical, pytest.mark.slow]
 
 _names = itertools.count()
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture(scope="module")
-def capped_cluster() -> Iterator[Cluster]:
-    """wal_level=logical, and a slot may keep at most 1 MB of WAL beyond the checkpoint's."""
-    with logical_cluster({"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"}) as cluster:
-        yield cluster
+def capped_server(logical_server: LogicalServer) -> Iterator[LogicalServer]:
+    """The session's cluster, where a slot may keep at most 1 MB of WAL beyond the
+    checkpoint's while this module runs."""
+    with logical_server.configured({"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"}):
+        yield logical_server
 
 
 @pytest.fixture
-async def capped_dsn(capped_cluster: Cluster) -> str:
-    """A fresh queue database whose job table is published with its whole old rows."""
-    return await published_database(capped_cluster, f"gap_{next(_names)}")
+def capped_db(capped_server: LogicalServer, logical_db: LogicalDatabase) -> LogicalDatabase:
+    """A fresh queue database on the capped server, published as logical-setup prints it."""
+    return logical_db
 
 
 def gap_queue(dsn: str) -> QueueSettings:
@@ -136,21 +137,21 @@ def totals(runtime: QueueRuntime) -> dict[str, int]:
     }
 
 
-async def test_the_slot_gauges_are_the_servers_figures(capped_dsn: str) -> None:
-    runtime = QueueRuntime(gap_queue(capped_dsn))
+async def test_the_slot_gauges_are_the_servers_figures(capped_db: LogicalDatabase) -> None:
+    runtime = QueueRuntime(gap_queue(capped_db.dsn))
     slot = runtime.settings.collect.logical_slot
     assert slot is not None
     try:
         await streamed(runtime)
-        await work(capped_dsn, None, 3)
+        await work(capped_db.admin, None, 3)
         await runtime.poller.collect_once()
         body = (await Exposition(runtime.board).body())["identity"]
         checked = promtool_check_metrics(body)
         assert checked.returncode == 0, checked.stdout + checked.stderr
         found = parse(body.decode())
-        status = await slot_status(capped_dsn, slot)
+        status = await slot_status(capped_db.dsn, slot)
         retained = await fetchval(
-            capped_dsn,
+            capped_db.dsn,
             "SELECT (pg_current_wal_lsn() - restart_lsn)::bigint FROM pg_replication_slots "
             "WHERE slot_name = $1",
             slot,
@@ -165,35 +166,35 @@ async def test_the_slot_gauges_are_the_servers_figures(capped_dsn: str) -> None:
     finally:
         await runtime.stop()
         await runtime.database.close()
-        await drop_when_released(capped_dsn, slot)
+        await drop_when_released(capped_db.dsn, slot)
 
 
 async def test_an_invalidated_slot_is_one_gap_and_counting_goes_on_exactly(
-    capped_dsn: str, caplog: pytest.LogCaptureFixture
+    capped_db: LogicalDatabase, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The stream stops (the exporter keeps running), the slot is invalidated meanwhile; the
     next cycle counts one gap, replaces the slot, keeps the counters and counts exactly again."""
-    runtime = QueueRuntime(gap_queue(capped_dsn))
+    runtime = QueueRuntime(gap_queue(capped_db.dsn))
     slot = runtime.settings.collect.logical_slot
     assert slot is not None
     before, after = Tally(), Tally()
     try:
         await streamed(runtime)
-        await work(capped_dsn, before, 6)
+        await work(capped_db.admin, before, 6)
         await counted(runtime, caught_up(runtime, before))
         assert_exact(runtime.poller, before)
         counted_before = totals(runtime)
         assert runtime.follower is not None
         await runtime.follower.stop()  # the stream stops; the exporter serves on
-        await work(capped_dsn, None, 4)  # the gap's transitions: nobody can count them
-        await invalidate(capped_dsn, slot)
+        await work(capped_db.admin, None, 4)  # the gap's transitions: nobody can count them
+        await invalidate(capped_db.admin, slot)
         with caplog.at_level(logging.WARNING, logger="exporter.db.change_stream"):
             await streamed(runtime)
-        assert await slot_status(capped_dsn, slot) != "lost"  # a new slot
+        assert await slot_status(capped_db.dsn, slot) != "lost"  # a new slot
         lines = [r for r in caplog.records if "replication slot lost" in r.getMessage()]
         assert len(lines) == 1
         assert runtime.poller.health.up
-        await work(capped_dsn, after, 9)
+        await work(capped_db.admin, after, 9)
         target = {k: counted_before[k] + v for k, v in totals_of(after).items()}
         await counted(runtime, lambda: totals(runtime) == target)
         assert totals(runtime) == target  # the old counts kept, the new ones exact
@@ -203,41 +204,41 @@ async def test_an_invalidated_slot_is_one_gap_and_counting_goes_on_exactly(
     finally:
         await runtime.stop()
         await runtime.database.close()
-        await drop_when_released(capped_dsn, slot)
+        await drop_when_released(capped_db.dsn, slot)
 
 
 async def test_a_slot_found_lost_at_start_is_one_gap_and_counting_starts_exactly(
-    capped_dsn: str,
+    capped_db: LogicalDatabase,
 ) -> None:
     """The exporter stops; its slot is invalidated; an exporter started afterwards exports one
     gap and counts exactly what happens after its new baseline."""
-    queue = gap_queue(capped_dsn)
+    queue = gap_queue(capped_db.dsn)
     slot = queue.collect.logical_slot
     assert slot is not None
     first = QueueRuntime(queue)
     try:
         await streamed(first)
-        await work(capped_dsn, None, 3)
+        await work(capped_db.admin, None, 3)
         await counted(first, lambda: totals(first)["completed"] == 3)
     finally:
         await first.stop()
         await first.database.close()
-    await work(capped_dsn, None, 4)  # while no exporter runs
-    await invalidate(capped_dsn, slot)
+    await work(capped_db.admin, None, 4)  # while no exporter runs
+    await invalidate(capped_db.admin, slot)
     second = QueueRuntime(queue)
     truth = Tally()
     try:
         await streamed(second)
         found = await scrape(second)
         assert value(found, "jobqueue_exporter_logical_gaps_total") == 1
-        await work(capped_dsn, truth, 9)
+        await work(capped_db.admin, truth, 9)
         await counted(second, caught_up(second, truth))
         assert_exact(second.poller, truth)
         assert value(await scrape(second), "jobqueue_exporter_logical_gaps_total") == 1
     finally:
         await second.stop()
         await second.database.close()
-        await drop_when_released(capped_dsn, slot)
+        await drop_when_released(capped_db.dsn, slot)
 
 
 def totals_of(truth: Tally) -> dict[str, int]:

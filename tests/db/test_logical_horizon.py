@@ -24,21 +24,24 @@ from tests.db.test_logical import (
     record,
     streaming,
 )
+from tests.logical_cluster import LogicalDatabase
 from tests.truth import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.logical, pytest.mark.slow]
 
 RATE = 40.0  # jobs a second, each enqueued, claimed and completed
 HELD = 30.0  # seconds the read-only transaction stays open
 ON_TIME = 2.0  # seconds within which every job finished so far is counted
 
 
-async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(logical_dsn: str) -> None:
-    dsn = logical_dsn
+async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(
+    logical_db: LogicalDatabase,
+) -> None:
+    dsn, admin = logical_db.dsn, logical_db.admin
     truth = Tally()
     async with streaming(logical_queue(dsn)) as runtime:
-        holder = await asyncpg.connect(dsn)
-        conn = await asyncpg.connect(dsn)
+        holder = await asyncpg.connect(admin)
+        conn = await asyncpg.connect(admin)
         try:
             # A snapshot held open: polling's horizon would stop at it for its whole life.
             await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -72,11 +75,13 @@ async def test_a_30_s_read_only_transaction_does_not_delay_the_counts(logical_ds
             await conn.close()
 
 
-async def test_a_transaction_prepared_before_the_slot_is_history(logical_dsn: str) -> None:
-    dsn = logical_dsn
+async def test_a_transaction_prepared_before_the_slot_is_history(
+    logical_db: LogicalDatabase,
+) -> None:
+    dsn, admin = logical_db.dsn, logical_db.admin
     queue_settings = logical_queue(dsn)
     slot = queue_settings.collect.logical_slot
-    conn = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(admin)
     runtime = QueueRuntime(queue_settings)
     truth = Tally()
     try:

@@ -98,6 +98,71 @@ def near_cap_cases() -> list[Case]:
     ]
 
 
+def unbounded_cases() -> list[Case]:
+    # A sawtooth: the slot confirmed, restart_lsn moving every 5m; WAL retained stays bounded.
+    saw = " ".join(f"{1536 * MIB}+{10 * MIB}x9" for _ in range(24))
+    growing = f"{900 * MIB}+{2 * MIB}x200"
+    return [
+        # 4 MiB a minute from 900 MiB, no cap (no safe_wal_bytes): past 1 GiB at 31m; at 45m
+        # the last quarter hour's low (30m: 1020 MiB) is 120 MiB over the high of the quarter
+        # hour that ended 45m before (0m: 900 MiB), pending; a page 15m later, its value the
+        # same difference (1080 - 960 MiB). Two pods report the slot over a rollout: one slot,
+        # not twice its WAL.
+        Case(
+            "JobQueueLogicalWalUnbounded pages on a slot without a cap that grew for an hour",
+            "JobQueueLogicalWalUnbounded",
+            [s(RETAINED, growing), s(RETAINED, growing, instance="b")],
+            fire_at="1h",
+            value=120 * MIB,
+            labels=T,
+            silent_at=("59m30s",),
+        ),
+        # 1.6 MiB a minute: 46.9 MiB in the half hour between the two quarter hours, over 32.
+        Case(
+            "JobQueueLogicalWalUnbounded pages on growth just over 64 MiB an hour",
+            "JobQueueLogicalWalUnbounded",
+            [s(RETAINED, f"{1200 * MIB}+{800 * 1024}x200")],
+            fire_at="1h",
+            value=48000 * 1024,
+            labels=T,
+            silent_at=("59m30s",),
+        ),
+        # 1400 MiB until 10m, then confirmed down to 1100 MiB and stuck, growing 4 MiB a minute:
+        # the growth counts once the whole quarter hour an hour ago is past the drop (70m30s),
+        # a page at 85m30s.
+        Case(
+            "JobQueueLogicalWalUnbounded reads the high of a whole quarter hour an hour ago",
+            "JobQueueLogicalWalUnbounded",
+            [s(RETAINED, f"{1400 * MIB}x20 {1100 * MIB}+{2 * MIB}x200")],
+            fire_at="1h25m30s",
+            value=120 * MIB,
+            labels=T,
+            silent_at=("1h25m",),
+        ),
+        # The same growth under a cap is JobQueueLogicalWalNearCap's; a sawtooth is a slot in
+        # use; 1 MiB a minute is 30 MiB in half an hour, under 32; under 1 GiB nothing pages,
+        # however many pods report it; a step of exactly 32 MiB, or to exactly 1 GiB, is not
+        # over them.
+        Case(
+            "JobQueueLogicalWalUnbounded stays silent with a cap, on a sawtooth, on slow or small "
+            "growth",
+            "JobQueueLogicalWalUnbounded",
+            [
+                s(RETAINED, growing),
+                s(SAFE, f"{4096 * MIB}-{2 * MIB}x200"),
+                s(RETAINED, saw, queue="q2"),
+                s(RETAINED, f"{1536 * MIB}+{MIB // 2}x200", queue="q3"),
+                s(RETAINED, f"{600 * MIB}+{2 * MIB}x200", queue="q4"),
+                s(RETAINED, f"{600 * MIB}+{2 * MIB}x200", queue="q4", instance="b"),
+                s(RETAINED, f"{1536 * MIB}x59 {1568 * MIB}x120", queue="q5"),
+                s(RETAINED, f"{900 * MIB}x59 {1024 * MIB}x120", queue="q6"),
+            ],
+            silent_at=("1h", "1h10m", "1h30m"),
+            quiet_at=("1h", "1h10m", "1h30m"),
+        ),
+    ]
+
+
 def gap_cases() -> list[Case]:
     return [
         # Two gaps counted by running exporters (a at 75m30s, b after taking over at 80m30s):
@@ -140,4 +205,4 @@ def gap_cases() -> list[Case]:
 
 
 def logical_cases() -> list[Case]:
-    return [*lag_cases(), *near_cap_cases(), *gap_cases()]
+    return [*lag_cases(), *near_cap_cases(), *unbounded_cases(), *gap_cases()]

@@ -1,6 +1,7 @@
-"""A slot invalidated while the exporter was stopped pages: real PostgreSQL (wal_level=logical,
-max_slot_wal_keep_size 1MB), the exporter's service, and a real Prometheus with the shipped
-rules, until JobQueueLogicalGap fires on the series the exporter serves.
+"""A slot invalidated while the exporter was stopped pages: real PostgreSQL (the session's
+wal_level=logical cluster, max_slot_wal_keep_size 1MB for this module), the exporter's service
+as its documented role, and a real Prometheus with the shipped rules, until JobQueueLogicalGap
+fires on the series the exporter serves.
 
 Run alone with ``pytest -m e2e tests/system/test_logical_gap_alert.py`` (about 90 s: the alert's
 ``for:`` is a minute).
@@ -16,14 +17,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.demo.cluster import Cluster
-from exporter.demo.queue import prepare_database
 from exporter.rules import render_rules
 from exporter.runtime import QueueRuntime
 from exporter.service import Service
 from exporter.settings import AlertSettings
-from tests.conftest import execute
-from tests.db.test_logical import PUBLICATION, drop_when_released
+from tests.db.test_logical import drop_when_released
 from tests.db.test_logical_gap import gap_queue, invalidate, streamed
 from tests.e2e_stack import (
     JOB_NAME,
@@ -33,26 +31,23 @@ from tests.e2e_stack import (
     wait_ready,
 )
 from tests.helpers import fast_settings
+from tests.logical_cluster import LogicalDatabase, LogicalServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.logical, pytest.mark.daemon, pytest.mark.slow]
 
 ALERTS = dataclasses.replace(AlertSettings(), selector=f'job="{JOB_NAME}"', evaluation_interval=1)
 NO_ALERTMANAGER = 9  # the discard port: the alert is read from Prometheus itself
 
 
 async def test_a_slot_lost_while_the_exporter_was_stopped_fires_the_gap_alert(
-    fresh_cluster: Cluster, tmp_path: Path
+    logical_server: LogicalServer, logical_db: LogicalDatabase, tmp_path: Path
 ) -> None:
-    fresh_cluster.psql("ALTER SYSTEM SET wal_level = logical")
-    fresh_cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1MB'")
-    with (fresh_cluster.data_dir / "pg_hba.conf").open("a") as hba:
-        hba.write("host replication all 127.0.0.1/32 trust\n")
-    fresh_cluster.restart()
-    fresh_cluster.create_database("queue")
-    dsn = fresh_cluster.dsn("queue")
-    await prepare_database(dsn)
-    await execute(dsn, "ALTER TABLE job REPLICA IDENTITY FULL")
-    await execute(dsn, f"CREATE PUBLICATION {PUBLICATION} FOR TABLE job")
+    with logical_server.configured({"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"}):
+        await _gap_fires_the_alert(logical_db, tmp_path)
+
+
+async def _gap_fires_the_alert(db: LogicalDatabase, tmp_path: Path) -> None:
+    dsn = db.dsn  # the exporter's role; the admin writes the WAL that loses the slot
     queue = gap_queue(dsn)
     slot = queue.collect.logical_slot
     assert slot is not None
@@ -62,7 +57,7 @@ async def test_a_slot_lost_while_the_exporter_was_stopped_fires_the_gap_alert(
     finally:
         await first.stop()
         await first.database.close()
-    await invalidate(dsn, slot)
+    await invalidate(db.admin, slot)
 
     exporter = Service(dataclasses.replace(fast_settings(dsn), queues=(queue,)))
     async with aiohttp.ClientSession() as http:

@@ -23,7 +23,7 @@ import pytest
 from exporter.demo.fleet import Fleet, FleetConfig
 from tests.conftest import fetchval
 from tests.helpers import wait_for_completions
-from tests.logical_cluster import PUBLICATION, logical_cluster, published_database
+from tests.logical_cluster import PUBLICATION, LogicalDatabase
 from tests.system.exporters import (
     QUEUE,
     Process,
@@ -53,58 +53,56 @@ async def scrape_all(processes: list[Process], last: dict[str, dict[str, float]]
 
 
 async def test_a_leader_killed_just_before_a_slow_scrape_loses_nothing_a_scrape_did_not_see(
-    tmp_path: Path,
+    tmp_path: Path, logical_db: LogicalDatabase
 ) -> None:
     config = tmp_path / "exporter.yml"
     config.write_text(f"collect:\n  logical_publication: {PUBLICATION}\n")
     flags = ("--collect.counting=logical", f"--config.file={config}")
     processes: list[Process] = []
     last: dict[str, dict[str, float]] = {}
-    with logical_cluster({"max_slot_wal_keep_size": "1GB"}) as cluster:
-        dsn = await published_database(cluster, "queue")
-        fleet = Fleet(dsn, FleetConfig.fast(job_types=4, enqueue_rate=30.0))
-        try:
-            first = start_exporter("pod0", dsn, tmp_path, INTERVAL, *flags)
-            processes.append(first)
-            await until(first, lambda s: leader(s) == 1 and up(s) == 1)
-            deadline = time.monotonic() + 30
-            while not await fetchval(
-                dsn, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", SLOT
-            ):
-                assert time.monotonic() < deadline, first.log.read_text()[-3000:]
-                await asyncio.sleep(0.1)
-            second = start_exporter("pod1", dsn, tmp_path, INTERVAL, *flags)
-            processes.append(second)
-            await until(second, lambda s: leader(s) == 0 and up(s) == 1)
-            await fleet.start()
-            # Four scrapes 10 s apart: the leader learns how often it is scraped.
-            started = time.monotonic()
-            for n in range(4):
-                await asyncio.sleep(max(0.0, started + n * SCRAPE_EVERY - time.monotonic()))
-                await scrape_all(processes, last)
-            # Nine and a half seconds of counts no scrape has carried, then the kill.
-            await asyncio.sleep(
-                max(0.0, started + 4 * SCRAPE_EVERY - KILL_BEFORE - time.monotonic())
-            )
-            first.popen.send_signal(signal.SIGKILL)
-            first.popen.wait(10)
-            await until(second, lambda s: leader(s) == 1, 30)
-            await wait_for_completions(fleet, 60)
-            await fleet.pause()
-            truth = truth_of(fleet.tally)
-            # The successor's counters settle (it scrapes as often as it likes now: what is
-            # tested is what the dead leader's last scrape left it).
-            totals: dict[str, float] = {}
-            deadline = time.monotonic() + 60
-            while True:
-                await scrape_all(processes, last)
-                totals = {n: sum(v[n] for v in last.values()) for n in COUNTERS}
-                if totals == {n: float(truth[n]) for n in COUNTERS} or time.monotonic() > deadline:
-                    break
-                await asyncio.sleep(0.5)
-            assert fleet.errors == 0  # the tally is exact only then
-        finally:
-            await fleet.stop()
-            stop_all(processes)
+    # The exporters connect as their documented role; the fleet is the application.
+    dsn = logical_db.dsn
+    fleet = Fleet(logical_db.admin, FleetConfig.fast(job_types=4, enqueue_rate=30.0))
+    try:
+        first = start_exporter("pod0", dsn, tmp_path, INTERVAL, *flags)
+        processes.append(first)
+        await until(first, lambda s: leader(s) == 1 and up(s) == 1)
+        deadline = time.monotonic() + 30
+        while not await fetchval(
+            dsn, "SELECT active FROM pg_replication_slots WHERE slot_name = $1", SLOT
+        ):
+            assert time.monotonic() < deadline, first.log.read_text()[-3000:]
+            await asyncio.sleep(0.1)
+        second = start_exporter("pod1", dsn, tmp_path, INTERVAL, *flags)
+        processes.append(second)
+        await until(second, lambda s: leader(s) == 0 and up(s) == 1)
+        await fleet.start()
+        # Four scrapes 10 s apart: the leader learns how often it is scraped.
+        started = time.monotonic()
+        for n in range(4):
+            await asyncio.sleep(max(0.0, started + n * SCRAPE_EVERY - time.monotonic()))
+            await scrape_all(processes, last)
+        # Nine and a half seconds of counts no scrape has carried, then the kill.
+        await asyncio.sleep(max(0.0, started + 4 * SCRAPE_EVERY - KILL_BEFORE - time.monotonic()))
+        first.popen.send_signal(signal.SIGKILL)
+        first.popen.wait(10)
+        await until(second, lambda s: leader(s) == 1, 30)
+        await wait_for_completions(fleet, 60)
+        await fleet.pause()
+        truth = truth_of(fleet.tally)
+        # The successor's counters settle (it scrapes as often as it likes now: what is
+        # tested is what the dead leader's last scrape left it).
+        totals: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while True:
+            await scrape_all(processes, last)
+            totals = {n: sum(v[n] for v in last.values()) for n in COUNTERS}
+            if totals == {n: float(truth[n]) for n in COUNTERS} or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
+        assert fleet.errors == 0  # the tally is exact only then
+    finally:
+        await fleet.stop()
+        stop_all(processes)
     assert truth["jobqueue_jobs_completed_total"] > 200, "too little work to prove anything"
     assert totals == {n: float(truth[n]) for n in COUNTERS}, (last, truth)

@@ -2,8 +2,9 @@
 standby, the counters summed over every pod as a scraper saw them (each dead leader's last
 scraped values plus its successors') equal the fleet's ground truth, neither less nor more.
 
-Real ``python -m exporter`` subprocesses share one replication slot on a throwaway cluster with
-``wal_level=logical`` while the simulated fleet drives the queue. The test is the scraper: it
+Real ``python -m exporter`` subprocesses, connecting as the exporter's documented role, share one
+replication slot on the session's ``wal_level=logical`` cluster (the table set up by
+logical-setup's SQL) while the simulated fleet drives the queue. The test is the scraper: it
 scrapes every live process every quarter second and keeps each one's last scraped counters.
 Each leader is SIGKILLed, the fleet running, right after a successful scrape that showed counts
 of a new cycle: the sharpest moment for a double count, since a leader that confirmed the slot
@@ -30,7 +31,7 @@ from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.demo.tally import Tally
 from tests.conftest import fetchval
 from tests.helpers import wait_for_completions
-from tests.logical_cluster import PUBLICATION, logical_cluster, published_database
+from tests.logical_cluster import PUBLICATION, LogicalDatabase
 from tests.system.exporters import (
     QUEUE,
     Process,
@@ -44,7 +45,7 @@ from tests.system.exporters import (
     up,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.logical, pytest.mark.daemon, pytest.mark.slow]
 
 INTERVAL = 2.0
 SCRAPE_EVERY = 0.25
@@ -197,7 +198,9 @@ async def slot_active(dsn: str) -> bool:
     )
 
 
-async def test_leader_sigkills_lose_and_double_nothing_as_scraped(tmp_path: Path) -> None:
+async def test_leader_sigkills_lose_and_double_nothing_as_scraped(
+    tmp_path: Path, logical_db: LogicalDatabase
+) -> None:
     config = tmp_path / "exporter.yml"
     config.write_text(f"collect:\n  logical_publication: {PUBLICATION}\n")
     flags = ("--collect.counting=logical", f"--config.file={config}")
@@ -208,59 +211,59 @@ async def test_leader_sigkills_lose_and_double_nothing_as_scraped(tmp_path: Path
         processes.append(process)
         return process
 
-    with logical_cluster({"max_slot_wal_keep_size": "1GB"}) as cluster:
-        dsn = await published_database(cluster, "queue")
-        fleet = Fleet(dsn, FleetConfig.fast(job_types=4, enqueue_rate=30.0))
-        try:
-            current = start("pod0")
-            # No job yet, so no counter series either: leading and reaching the database is
-            # what shows it ready.
-            await until(current, lambda s: leader(s) == 1 and up(s) == 1)
-            # The stream thread creates the slot on its own time; what commits before it
-            # exists is history, in no counter, so the fleet waits for the slot in use.
-            deadline = time.monotonic() + 30
-            while not await slot_active(dsn):
-                assert time.monotonic() < deadline, current.log.read_text()[-3000:]
-                await asyncio.sleep(0.1)
-            await fleet.start()
-            takeovers: list[float] = []
-            # After each settling: the kills so far, the summed totals and the truth.
-            settled: list[tuple[int, dict[str, float], dict[str, int]]] = []
-            async with scraping(processes) as scraper:
-                pods = 1
-                for round_, (lead_for, settle) in enumerate(ROUNDS):
-                    # A fresh standby before each kill; the one for a quick round's kill is
-                    # started a round ahead, since starting one takes about a second.
-                    quick_next = round_ + 1 < KILLS and ROUNDS[round_ + 1][0] == 0
-                    while pods < round_ + 2 + quick_next:
-                        standby = start(f"pod{pods}")
-                        pods += 1
-                        await until(standby, lambda s: leader(s) == 0 and up(s) == 1)
-                    await wait_for_completions(fleet, lead_for)
-                    killed = await scraper.kill_after_next_scrape(current)
-                    # Whichever standby took the lock; the scraper's own first sight of it
-                    # leading dates the takeover.
-                    current = await scraper.successor()
-                    await until(current, lambda s: leader(s) == 1 and exports_queue(s), 30)
-                    takeovers.append(scraper.led_from[current.name] - killed)
-                    if not settle:
-                        continue
-                    # Paused after the takeover only, to read what the kill cost; the next
-                    # kill again comes with the fleet running.
-                    await fleet.pause()
-                    truth = truth_of(fleet.tally)
-                    totals = await scraper.settle(current, truth)
-                    settled.append((round_ + 1, totals, truth))
-                    fleet.resume()
-                await wait_for_completions(fleet, 60)
+    # The exporters connect as their documented role; the fleet is the application.
+    dsn = logical_db.dsn
+    fleet = Fleet(logical_db.admin, FleetConfig.fast(job_types=4, enqueue_rate=30.0))
+    try:
+        current = start("pod0")
+        # No job yet, so no counter series either: leading and reaching the database is
+        # what shows it ready.
+        await until(current, lambda s: leader(s) == 1 and up(s) == 1)
+        # The stream thread creates the slot on its own time; what commits before it
+        # exists is history, in no counter, so the fleet waits for the slot in use.
+        deadline = time.monotonic() + 30
+        while not await slot_active(dsn):
+            assert time.monotonic() < deadline, current.log.read_text()[-3000:]
+            await asyncio.sleep(0.1)
+        await fleet.start()
+        takeovers: list[float] = []
+        # After each settling: the kills so far, the summed totals and the truth.
+        settled: list[tuple[int, dict[str, float], dict[str, int]]] = []
+        async with scraping(processes) as scraper:
+            pods = 1
+            for round_, (lead_for, settle) in enumerate(ROUNDS):
+                # A fresh standby before each kill; the one for a quick round's kill is
+                # started a round ahead, since starting one takes about a second.
+                quick_next = round_ + 1 < KILLS and ROUNDS[round_ + 1][0] == 0
+                while pods < round_ + 2 + quick_next:
+                    standby = start(f"pod{pods}")
+                    pods += 1
+                    await until(standby, lambda s: leader(s) == 0 and up(s) == 1)
+                await wait_for_completions(fleet, lead_for)
+                killed = await scraper.kill_after_next_scrape(current)
+                # Whichever standby took the lock; the scraper's own first sight of it
+                # leading dates the takeover.
+                current = await scraper.successor()
+                await until(current, lambda s: leader(s) == 1 and exports_queue(s), 30)
+                takeovers.append(scraper.led_from[current.name] - killed)
+                if not settle:
+                    continue
+                # Paused after the takeover only, to read what the kill cost; the next
+                # kill again comes with the fleet running.
                 await fleet.pause()
                 truth = truth_of(fleet.tally)
                 totals = await scraper.settle(current, truth)
-                figures = scraper.figures()
-            assert fleet.errors == 0  # the tally is exact only then
-        finally:
-            await fleet.stop()
-            stop_all(processes)
+                settled.append((round_ + 1, totals, truth))
+                fleet.resume()
+            await wait_for_completions(fleet, 60)
+            await fleet.pause()
+            truth = truth_of(fleet.tally)
+            totals = await scraper.settle(current, truth)
+            figures = scraper.figures()
+        assert fleet.errors == 0  # the tally is exact only then
+    finally:
+        await fleet.stop()
+        stop_all(processes)
     per_kill = kill_figures(settled)
     print(
         f"FIGURE logical takeover, interval {INTERVAL:g}s, {KILLS} leader SIGKILLs right after "

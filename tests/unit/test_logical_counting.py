@@ -394,24 +394,6 @@ def test_uncarried_counts_wait_twice_the_longest_scrape_gap_before_they_are_let_
 
 
 @pytest.mark.usefixtures("restore_logging")
-def test_logical_setup_prints_each_queues_sql_and_the_server_settings(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    from exporter.cli import main
-
-    args = ["logical-setup", "--collect.counting", "logical", "--database.table", "app.jobs",
-            "--database.dsn", "postgresql://watcher@db.invalid/shop"]  # fmt: skip
-    assert main(args, {}) == 0
-    out = capsys.readouterr().out
-    assert 'ALTER TABLE "app"."jobs" REPLICA IDENTITY FULL;' in out
-    assert 'CREATE PUBLICATION "jobqueue_shop" FOR TABLE "app"."jobs";' in out
-    assert 'ALTER ROLE "watcher" REPLICATION;' in out
-    for setting in ("wal_level", "max_replication_slots", "max_wal_senders",
-                    "max_slot_wal_keep_size"):  # fmt: skip
-        assert setting in out
-
-
-@pytest.mark.usefixtures("restore_logging")
 def test_without_psycopg2_the_start_names_the_extra(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -486,3 +468,27 @@ def test_a_rails_style_table_naive_stamps_in_the_declared_zone_and_no_result() -
     left_alone = {**done, "updated_at": running_row["updated_at"]}
     t = c.count(RowChange(UPDATE, old=running_row, new=left_alone))
     assert t.completed == {"7": 2}
+
+
+def test_a_dead_row_deleted_under_an_identity_index_asks_for_a_recount_not_a_guess() -> None:
+    # Its old row is the identity's key (job_id, status, attempts): no job type to move.
+    c = Counted()
+    c.fold.count(RowChange(DELETE, old={"job_id": "j1", "status": "4", "attempts": "3"}),
+                 COMMIT, c.tally)  # fmt: skip
+    assert c.tally.dead_unknown == 1
+    assert not c.tally.dead_delta
+
+
+def test_the_mode_recounts_the_dead_letter_at_its_next_cycle_after_such_a_delete() -> None:
+    from exporter.counting.stream_mode import LogicalMode
+    from exporter.counting.transitions import CursorOptions
+
+    tallies = Tallies(*BUCKETS)
+    mode = LogicalMode({}, CursorOptions(tracker=TrackerOptions(30.0)), TableMapping(),
+                       JobTypeLabels({}, 50), tallies)  # fmt: skip
+    mode.dead_letter.counted_at = 1  # recounted at the first cycle
+    assert not mode.dead_letter.due(2)
+    tally = mode.fold().tally()
+    tally.dead_unknown = 1
+    mode.take(Batch(tally, 100))
+    assert mode.dead_letter.due(2)

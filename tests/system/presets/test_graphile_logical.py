@@ -1,7 +1,9 @@
 """graphile-worker 0.18 counted from its change stream (collect.counting: logical): the counters
 and histograms polling cannot export equal the real worker's record, side by side with polling.
 
-The real worker runs the preset's ground-truth workload (graphile_harness.run_workload: jobs
+The exporter connects as its documented role plus REPLICATION; an admin installs the worker,
+grants what docs/presets.md lists, adds the read policy graphile-worker's row-level security
+needs, and runs logical-setup's SQL. The real worker runs the preset's ground-truth workload (graphile_harness.run_workload: jobs
 that succeed, fail then succeed, fail for good, and whose worker is SIGKILLed and taken over or
 force-unlocked), then the test does what an operator does by hand. The truth is the handlers'
 side table (one row per attempt they started) and what the test did; polling, reading the same
@@ -14,23 +16,24 @@ import asyncio
 import contextlib
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import asyncpg
 import pytest
 
-from exporter.db.slot_setup import check_all, setup_script
-from exporter.demo.cluster import Cluster, ClusterError
+from exporter.db.slot_checks import check_all
+from exporter.db.slot_setup import setup_script
 from exporter.metrics import render
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings, Settings
 from exporter.slot_commands import target_of
 from exporter.vocabulary import ERROR, LEASE_EXPIRED
+from tests.logical_cluster import ROLE, LogicalServer, empty_database
 from tests.system.presets.exported import RecordedPoller, observed, preset_queue
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.logical, pytest.mark.library, pytest.mark.slow]
 
 PROFILE = "graphile-worker"
 SLOT, PUBLICATION = "jobqueue_gw_test", "jobqueue_gw_test"
@@ -38,25 +41,6 @@ INTERVAL = 0.5
 TABLE = '"graphile_worker"."_private_jobs"'
 # What graphile_driver.mjs enqueues (and adds with its "slow" command) after the baseline.
 ENQUEUED = {"ok": 20, "flaky": 5, "bad": 5, "later": 2, "parked": 2, "slow": 3}
-
-
-@pytest.fixture(scope="module")
-def logical_cluster() -> Iterator[Cluster]:
-    """A cluster with wal_level=logical and a bounded max_slot_wal_keep_size."""
-    try:
-        cluster = Cluster()
-    except ClusterError as exc:
-        pytest.fail(str(exc))
-    try:
-        cluster.start()
-        cluster.psql("ALTER SYSTEM SET wal_level = logical")
-        cluster.psql("ALTER SYSTEM SET max_slot_wal_keep_size = '1GB'")
-        with (cluster.data_dir / "pg_hba.conf").open("a") as hba:
-            hba.write("host replication all 127.0.0.1/32 trust\n")
-        cluster.restart()
-        yield cluster
-    finally:
-        cluster.destroy()
 
 
 def logical_settings(dsn: str) -> QueueSettings:
@@ -69,7 +53,7 @@ def logical_settings(dsn: str) -> QueueSettings:
 
 
 def setup_statements(queue: QueueSettings) -> list[str]:
-    """What logical-setup prints for the table's owner (the role here is a superuser)."""
+    """What logical-setup prints for the table's owner (the admin runs it)."""
     script = setup_script(Settings(queues=(queue,)), target_of)
     return [
         line for line in script.splitlines()
@@ -117,16 +101,20 @@ async def collecting(queue: QueueSettings) -> AsyncIterator[QueueRuntime]:
 
 
 async def test_graphile_counters_and_histograms_from_the_stream_equal_the_worker_record(
-    logical_cluster: Cluster,
+    logical_server: LogicalServer,
 ) -> None:
     require(PROFILE)
+    async with empty_database(logical_server) as db:
+        await _graphile_from_the_stream(db.admin, db.dsn)
+
+
+async def _graphile_from_the_stream(dsn: str, role_dsn: str) -> None:
+    """``dsn``: the admin's, who installs and runs the worker; ``role_dsn``: the exporter's."""
     from tests.system.presets.graphile_harness import history, install, run_workload
 
-    logical_cluster.create_database("gw_logical")
-    dsn = logical_cluster.dsn("gw_logical")
     install(dsn)
     history(dsn)  # jobs run and dead before the baseline: history for both modes
-    queue = logical_settings(dsn)
+    queue = logical_settings(role_dsn)
     statements = setup_statements(queue)
     assert statements == [
         f"ALTER TABLE {TABLE} REPLICA IDENTITY FULL;",
@@ -134,17 +122,30 @@ async def test_graphile_counters_and_histograms_from_the_stream_equal_the_worker
     ]
     conn = await asyncpg.connect(dsn)
     try:
+        # docs/security.md's grants for a preset's schema.
+        await conn.execute(f"GRANT USAGE ON SCHEMA graphile_worker TO {ROLE}")
+        await conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA graphile_worker TO {ROLE}")
         # Before the DBA's steps the start refuses, naming what is missing.
         problems, _ = await check_all(Settings(queues=(queue,)), target_of)
-        assert len(problems) == 2
-        assert "REPLICA IDENTITY DEFAULT, which does not carry the whole old row" in problems[0]
-        assert f"publication {PUBLICATION} does not exist" in problems[1]
+        assert len(problems) == 3
+        # graphile-worker turns on row-level security without a policy: a role that does not
+        # own the tables reads none of their rows, whatever its grants.
+        assert (
+            "row-level security hides every row of graphile_worker._private_jobs" in (problems[0])
+        )
+        assert "REPLICA IDENTITY DEFAULT, which does not carry the whole old row" in problems[1]
+        assert f"publication {PUBLICATION} does not exist" in problems[2]
+        for table in ("_private_jobs", "_private_tasks", "_private_job_queues"):
+            await conn.execute(
+                f"CREATE POLICY exporter_read ON graphile_worker.{table} FOR SELECT "
+                f"TO {ROLE} USING (true)"
+            )
         for sql in statements:
             await conn.execute(sql)
         problems, unchecked = await check_all(Settings(queues=(queue,)), target_of)
         assert (problems, unchecked) == ([], [])
         base = int(await conn.fetchval("SELECT max(id) FROM graphile_worker._private_jobs"))
-        polling = RecordedPoller(dsn, PROFILE, heartbeat_timeout=1.0)
+        polling = RecordedPoller(role_dsn, PROFILE, heartbeat_timeout=1.0)
         async with collecting(queue) as runtime, polling.running():
             truth = await run_workload(dsn)
             assert truth.dead_by_rows == {"bad": 5, "slow": 2}
