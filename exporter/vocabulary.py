@@ -75,8 +75,20 @@ REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 # What a queue's table looks like (the queue.profile setting): the default schema of
 # ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
-PRESET_PROFILES = ("procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker")
+PRESET_PROFILES = (
+    "procrastinate",
+    "pgqueuer",
+    "pgboss",
+    "django-tasks",
+    "oban",
+    "graphile-worker",
+    "river",
+)
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
+# The queue label of a preset's queue whose entry names none (other queues: the DSN's database).
+PRESET_QUEUE_NAMES = {
+    "river": "river",
+}
 # The library's own spelling is accepted too.
 PROFILE_ALIASES = (("pg-boss", "pgboss"), ("graphile_worker", "graphile-worker"))
 

@@ -127,9 +127,13 @@ class StateNames:
         finished = fetches + (before.state == self.running) - (now.state == self.running)
         new_errors = max(0, now.errors - before.errors)
         rescued = now.rescued - before.rescued
-        # A cancel by hand marks the row; a cancel returned by the worker appends its reason.
+        # A cancel by hand of a waiting job marks the row (``cancel_mark``) and appends
+        # nothing; a cancel that ends an attempt (returned by the job, or River's cancel of a
+        # running job, which its worker finalises) appends the attempt's entry, no failure.
         in_job_cancel = (
-            ended and now.state == self.cancelled and now.cancel_mark == before.cancel_mark
+            ended
+            and now.state == self.cancelled
+            and (now.cancel_mark is None or now.cancel_mark == before.cancel_mark)
         )
         failed_kinds = kinds[len(kinds) - new_errors :] if new_errors else []
         if in_job_cancel and failed_kinds:
@@ -178,6 +182,11 @@ class StateDiffReader(LedgerReader):
     # database's now() needs TIMESTAMP_MARGIN; a library whose worker stamps the end with its
     # own clock (River's finalized_at) needs that clock's possible lag on top.
     clock_margin = TIMESTAMP_MARGIN
+    # Whether ``changes`` takes a fourth argument, the ids of the jobs last seen running, and
+    # returns their rows whatever their stamps: a job that was running can end with a stamp
+    # older than any window (River's completer holds a finished job, stamped, while it
+    # retries its write), and would otherwise be forgotten as deleted.
+    follows_running = False
 
     def start(self) -> None:
         """The active states' SQL, the known jobs, the id watermark and the windows' cursor."""
@@ -218,7 +227,11 @@ class StateDiffReader(LedgerReader):
         self._lower_id = self.ids.lower_id() if self._states_known else None
         window = self.cursor.plan(parsed) if self._lower_id is not None else None
         if window is not None:
-            out.append(Query("changes", self.sql["changes"], (*window, self._lower_id)))
+            args: tuple[object, ...] = (*window, self._lower_id)
+            if self.follows_running:
+                running = self.states.running
+                args += (sorted(i for i, job in self.known.items() if job.state == running),)
+            out.append(Query("changes", self.sql["changes"], args))
         return out
 
     def apply(self, results: Results) -> Reading:
@@ -246,8 +259,8 @@ class StateDiffReader(LedgerReader):
                 self._count(job_id, row)
             self.ledger.settle()
         active = {int(i) for row in results["gauges"] for i in row[GAUGE_IDS]}
-        self._forget(active, set(rows), next_bound)
         self.ids.advance()
+        self._forget(active, set(rows), next_bound)
         self.cursor.advance(str(first(results["snapshot"])["snapshot"]))
         return reading
 
@@ -288,11 +301,15 @@ class StateDiffReader(LedgerReader):
 
     def _forget(self, active: set[int], seen: set[int], bound: float) -> None:
         """Drop jobs that no range of the next cycle can return again."""
+        # The id range returns a version again while its id is above the watermark (its xmin
+        # can be at or above this snapshot's xmin): a finished job is kept until both the
+        # windows and the id range have passed it, or it would come back as a retry by hand.
+        watermark = self.ids.watermark if self.ids.watermark is not None else 0
         for job_id, job in list(self.known.items()):
             if job.state in self.states.active:
                 if job_id not in active and job_id not in seen:
                     del self.known[job_id]  # deleted while waiting
-            elif job.ended_at is None or job.ended_at < bound:
+            elif (job.ended_at is None or job.ended_at < bound) and job_id <= watermark:
                 del self.known[job_id]
 
 

@@ -2,7 +2,7 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban, graphile-worker; ``PRESETS`` has their readers, capabilities and
+pg-boss, django-tasks, Oban, graphile-worker, River; ``PRESETS`` has their readers, capabilities and
 retention). See docs/presets.md for the interface, the proofs, and "Adding a preset".
 """
 
@@ -10,7 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.profiles import django_tasks, graphile_worker, oban, pgboss, pgqueuer, procrastinate
+from exporter.profiles import (
+    django_tasks,
+    graphile_worker,
+    oban,
+    pgboss,
+    pgqueuer,
+    procrastinate,
+    river,
+)
 from exporter.profiles.base import Preset, Profile
 from exporter.profiles.default import DEFAULT
 from exporter.profiles.preset import preset_profile
@@ -91,6 +99,15 @@ PRESETS: dict[str, Preset] = {
                 "graphile_worker_exporter_dead_idx",
             ),
             logical=graphile_worker.LOGICAL,
+        ),
+        Preset(
+            name="river",
+            library="River (Go)",
+            versions="migration line main 004-007 (River 0.x)",
+            make_reader=river.RiverReader,
+            capabilities=river.CAPABILITIES,
+            retention=river.RETENTION,
+            table="river_job",
         ),
     )
 }

@@ -34,7 +34,7 @@ from exporter.settings.secrets import (
 )
 from exporter.settings.table import TableMapping, parse_mapping
 from exporter.settings.yamlfile import ConfigError, Document, read_document, suggest
-from exporter.vocabulary import DEFAULT_PROFILE
+from exporter.vocabulary import DEFAULT_PROFILE, PRESET_QUEUE_NAMES
 
 CONFIG_FILE_ENV = "JOBQUEUE_EXPORTER_CONFIG_FILE"
 QUEUES_KEY = "queues"
@@ -222,8 +222,6 @@ def _queue(
             f"{prefix}database.max_connections: the leader election holds one connection, so "
             f"at least 2 are needed (or set collect.leader_election: false){where}"
         )
-    if not isinstance(name, str):
-        name = (dsn_database(database.dsn) if database.dsn else None) or DEFAULT_QUEUE_NAME
     if table is not None and profile != DEFAULT_PROFILE and table.named:
         errors.append(
             f"{table.origin}: a table mapping is for the default profile; the {profile} preset "
@@ -232,6 +230,8 @@ def _queue(
     if len(errors) > before:
         return None
     assert isinstance(profile, str)
+    fallback = dsn_database(database.dsn or "") or DEFAULT_QUEUE_NAME
+    name = name if isinstance(name, str) else PRESET_QUEUE_NAMES.get(profile, fallback)
     mapping = table if table is not None else TableMapping(name=database.table)
     return QueueSettings(
         name=name, database=database, collect=collect, profile=profile, table=mapping
