@@ -262,8 +262,8 @@ class QueueOptions:
     """The ``queue:`` section: what the queue is called and whose tables it reads."""
 
     name: str | None = setting(
-        Kind.NAME, None, "Value of the queue label (null: the preset's own name where it "
-        "has one, docs/presets.md; else the database name from the DSN).", optional=True,
+        Kind.NAME, None, "Value of the queue label (null: a preset's own name if it has one, "
+        "else the DSN's database).", optional=True,
     )  # fmt: skip
     profile: str = setting(
         Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue is: default (database.table) or "
