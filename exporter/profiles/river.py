@@ -80,8 +80,3 @@ class RiverReader(StateDiffReader):
     def statements(self) -> dict[str, str]:
         """profiles/sql/river.sql, with the id horizon over river_job."""
         return preset_queries(PRESET, event_log=self.event_log)
-
-    @property
-    def rescue_after(self) -> float | None:
-        """The JobRescuer's RescueStuckJobsAfter: the stuck test."""
-        return self.stuck_after

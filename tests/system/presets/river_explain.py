@@ -7,9 +7,8 @@ Run the measurement that docs/presets.md quotes (from the work tree, with the pr
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-from tests.system.presets.explain import ROWS, Measurement, measure
+from tests.system.presets.explain import ROWS, Measurement, measure, on_a_cluster
 from tests.system.presets.river_client import RiverSQL
 
 KINDS = "(ARRAY['email', 'report', 'sync', 'export', 'webhook', 'resize'])"
@@ -58,21 +57,12 @@ async def measure_river(dsn: str) -> Measurement:
     return await measure(dsn, "river", RIVER_HISTORY, RIVER_BATCH, ("river_job",))
 
 
-async def _main() -> None:
-    from exporter.demo.cluster import Cluster
-
-    cluster = Cluster()
-    cluster.start()
-    try:
-        dbname = f"explain_river_{uuid.uuid4().hex[:6]}"
-        cluster.create_database(dbname)
-        async with RiverSQL(cluster.dsn(dbname)) as river:
-            await river.migrate()
-        result = await measure_river(cluster.dsn(dbname))
-        print(f"{ROWS:,} rows; {result.report()}")
-    finally:
-        cluster.destroy()
+async def _migrated_and_measured(dsn: str) -> Measurement:
+    async with RiverSQL(dsn) as river:
+        await river.migrate()
+    return await measure_river(dsn)
 
 
 if __name__ == "__main__":
-    asyncio.run(_main())
+    result = asyncio.run(on_a_cluster("river", _migrated_and_measured))
+    print(f"{ROWS:,} rows; {result.report()}")

@@ -8,7 +8,7 @@ import pytest
 
 from exporter.profiles.river import RiverReader
 from tests.conftest import execute
-from tests.system.presets.exported import RecordedPoller, nonzero
+from tests.system.presets.exported import RecordedPoller, assert_histograms, nonzero
 from tests.system.presets.river_client import Clock, Result, RiverSQL, require_riverqueue
 from tests.system.presets.statediff_contract import assert_keeps_the_contract
 
@@ -84,12 +84,7 @@ async def test_counters_and_gauges_equal_what_river_did(river_dsn: str) -> None:
     assert log.deleted > 20  # the JobCleaner deleted finished rows while the exporter read
     # ... and the exporter, polling all along, agrees with it exactly.
     assert poller.tallies.counters() == truth
-    for kind, (n, duration, wait, latency) in log.histograms.items():
-        for found, total in ((poller.tallies.duration, duration), (poller.tallies.wait, wait),
-                             (poller.tallies.latency, latency)):  # fmt: skip
-            assert found[kind].count == n, kind
-            assert found[kind].total == pytest.approx(total, abs=1e-5), kind
-    assert set(poller.tallies.duration) == set(log.histograms)
+    assert_histograms(poller.tallies, log.histograms, within=1e-5)
     assert stuck_seen == [{"fragile": 3, "ok": 1}]
     # At a quiet moment the gauges are the table's.
     last = poller.last.gauges
@@ -106,8 +101,7 @@ async def test_counters_and_gauges_equal_what_river_did(river_dsn: str) -> None:
 
 
 def _stuck(poller: RecordedPoller, kinds: dict[str, int]) -> dict[str, float]:
-    gauges = poller.last.gauges
-    return {kind: gauges[kind].stuck if kind in gauges else 0 for kind in kinds}
+    return {kind: poller.gauge(kind, "stuck") for kind in kinds}
 
 
 async def test_a_late_insert_and_a_completion_in_the_apps_transaction_count_once(
@@ -163,26 +157,20 @@ async def test_a_completion_written_long_after_its_workers_stamp_is_counted(rive
         await river.insert_many([{"kind": "held"}], Clock())
         async with river.pool.connection() as conn:
             [job] = await river.fetch("default", "w", 1, conn)
-            await poller.until(lambda: _running(poller, "held") == 1)
+            await poller.until(lambda: poller.gauge("held", "running") == 1)
             await poller.cycles(3)  # the id watermark passes it: only the lookup can return it
             stamped = Clock(-120.0).now()  # when the job ended, on a clock that agrees
             await river.set_states([Result(job, "completed", stamped)], conn)
-        await poller.until(lambda: _running(poller, "held") == 0)
+        await poller.until(lambda: poller.gauge("held", "running") == 0)
         await poller.cycles(3)
     assert tallies.counters()["completed"] == {"held": 1}
     assert tallies.duration["held"].count == 1
 
 
-def _running(poller: RecordedPoller, kind: str) -> float:
-    gauges = poller.last.gauges.get(kind)
-    return gauges.running if gauges is not None else 0
-
-
 async def test_per_cycle_queries_use_indexes_on_a_million_rows(river_dsn: str) -> None:
+    from tests.system.presets.explain import assert_stays_on_indexes
     from tests.system.presets.river_explain import measure_river
 
     result = await measure_river(river_dsn)
-    assert result.plans, "no plan was captured"
-    assert result.seq_scans() == [], result.summary()
-    assert max(result.rows_read) < 1_000_000 // 50, result.summary()
+    assert_stays_on_indexes(result)
     print(result.summary())
