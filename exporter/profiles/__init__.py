@@ -103,7 +103,7 @@ PRESETS: dict[str, Preset] = {
         Preset(
             name="river",
             library="River (Go)",
-            versions="migration line main 004-007 (River 0.x)",
+            versions="migration line main up to 007 (proven at 007, River v0.43 line)",
             make_reader=river.RiverReader,
             capabilities=river.CAPABILITIES,
             retention=river.RETENTION,
