@@ -204,12 +204,12 @@ async def _true(value: bool) -> bool:
 
 
 async def _insert(inserts: Inserts) -> None:
-    """RATE jobs a second for RUN_SECONDS: riverqueue's inserts, and every fifth tick a batch
-    of the Go client's."""
+    """RATE * RUN_SECONDS jobs, RATE a second (slower if the machine is): riverqueue's inserts,
+    and every fifth tick a batch of the Go client's. The same jobs every run (a fixed seed)."""
     loop = asyncio.get_running_loop()
-    start, tick, rng = loop.time(), 0, random.Random(37)
+    start, rng = loop.time(), random.Random(37)
     kinds = [(kind, args, attempts) for kind, args, attempts, weight in MIX for _ in range(weight)]
-    while loop.time() - start < RUN_SECONDS:
+    for tick in range(int(RUN_SECONDS * 10)):
         picks = [rng.choice(kinds) for _ in range(RATE // 10)]
         if tick % 5 == 4:
             await inserts.go([{"kind": k, "args": a, "max_attempts": m} for k, a, m in picks])
@@ -218,8 +218,7 @@ async def _insert(inserts: Inserts) -> None:
                 await inserts.one(kind, args, max_attempts=attempts)
         if tick % 10 == 9:
             await inserts.one("later", scheduled_at=_in(2.0))
-        tick += 1
-        await asyncio.sleep(max(0.0, start + tick * 0.1 - loop.time()))
+        await asyncio.sleep(max(0.0, start + (tick + 1) * 0.1 - loop.time()))
 
 
 async def _operator(river: RiverSQL, inserts: Inserts, log: Log, workers: list[Worker],
