@@ -208,7 +208,8 @@ class StateDiffReader(LedgerReader):
     def held(self) -> int:
         """Of them, the finished jobs and seen ids kept until the horizon passes them."""
         terminal = self.states.terminal
-        return sum(job.state in terminal for job in self.known.values()) + len(self.ids.consumed)
+        finished = {job_id for job_id, job in self.known.items() if job.state in terminal}
+        return len(finished | self.ids.consumed)  # a new job that finished is held once
 
     def _with_states(self, states: frozenset[str]) -> dict[str, str]:
         literal = "'{" + ",".join(sorted(states)) + "}'::" + self.states.enum + "[]"

@@ -79,6 +79,7 @@ def test_a_finished_job_above_the_watermark_returned_again_is_not_counted_twice(
     cycles.baseline([], [])
     done = job(12, "completed", ended_at=T0 - 2 * CLOCK_MARGIN, attempt=1)
     cycles.run(T0 + 3, 12, [done], [])
+    assert cycles.reader.held == 1  # a new id and a finished job: one job held, not two
     cycles.run(T0 + 4, 12, [done], [])
     counters = cycles.reader.tallies.counters()
     assert (counters["enqueued"], counters["completed"]) == ({"email": 1}, {"email": 1})
