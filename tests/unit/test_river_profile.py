@@ -3,31 +3,18 @@ check, as `jobqueue-exporter` runs them. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from exporter.profiles.river import RESCUE_AFTER, RiverReader
-from exporter.runtime import QueueRuntime
-from exporter.settings import QueueSettings
-from exporter.settings.schema import DatabaseSettings
-
-
-def _settings(**collect: float) -> QueueSettings:
-    base = QueueSettings(name="river", database=DatabaseSettings(dsn="postgresql://u@h/app"))
-    return replace(base, profile="river", collect=replace(base.collect, **collect))
-
-
-def _reader(runtime: QueueRuntime) -> RiverReader:
-    mode = runtime.poller.mode
-    assert isinstance(mode, RiverReader)
-    return mode
+from tests.unit.factories import preset_queue, reader_of
 
 
 def test_the_heartbeat_timeout_is_the_rescuers_horizon_and_defaults_to_rivers_hour() -> None:
-    assert _reader(QueueRuntime(_settings(heartbeat_timeout=600.0))).stuck_after == 600.0
-    assert _reader(QueueRuntime(_settings())).stuck_after == RESCUE_AFTER == 3600.0
+    chosen = preset_queue("river", heartbeat_timeout=600.0)
+    assert reader_of(chosen, RiverReader).stuck_after == 600.0
+    assert reader_of(preset_queue("river"), RiverReader).stuck_after == RESCUE_AFTER == 3600.0
 
 
 def test_the_indexes_command_says_river_needs_no_index_of_the_exporters(
