@@ -91,8 +91,7 @@ REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 DEFAULT_PROFILE = "default"
 PRESET_PROFILES = (
     "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker",
-    "solid-queue", "solid-queue-unpreserved",
-    "good-job",
+    "solid-queue", "solid-queue-unpreserved", "good-job", "river",
 )  # fmt: skip
 PROFILES = (DEFAULT_PROFILE, *PRESET_PROFILES)
 # The library's own spelling is accepted too.
@@ -106,6 +105,7 @@ PRESET_QUEUE_NAMES = {
     "solid-queue": "solid_queue",
     "solid-queue-unpreserved": "solid_queue",
     "good-job": "good_job",
+    "river": "river",
 }
 
 # The project's documentation, linked from the status page.

@@ -14,15 +14,15 @@ docs/presets.md ("Oban", "GoodJob") has the argument. No I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TypedDict, cast
 
 from exporter.counting.gauges import Reading, first, reading_of, seconds
 from exporter.counting.horizon import TIMESTAMP_MARGIN, Horizon, IdWatermark
 from exporter.counting.reader import LedgerReader, planned
+from exporter.counting.state_change import RowState, StateDelta, StateNames
 from exporter.counting.terminal import TerminalCursor
 from exporter.model import CountingError, Query, Results, Row
-from exporter.vocabulary import ERROR, LEASE_EXPIRED
 
 # A job's id: a bigint from a sequence (Oban, River), or a uuid's text (GoodJob).
 JobKey = int | str
@@ -68,115 +68,6 @@ def change_rows(rows: Sequence[Row], columns: frozenset[str] = CHANGE_COLUMNS) -
     return [cast(ChangeRow, row) for row in rows]
 
 
-@dataclass(frozen=True)
-class RowState:
-    """What the reader last knew of one job: the figures of its row that the deltas come from."""
-
-    state: str
-    attempt: int = 0
-    errors: int = 0
-    rescued: int = 0  # rescues back to waiting that left no error entry (Oban's meta.rescued)
-    snoozed: int = 0  # snoozes: each gave its attempt back
-    cancel_mark: str | None = None  # the mark of a cancel by hand, not one returned in-job
-    ended_at: float | None = None  # the stamp of its terminal state, if in one
-
-
-@dataclass
-class StateDelta:
-    """What happened to one job between two versions of its row."""
-
-    completed: int = 0
-    failures: tuple[str, ...] = ()  # one reason per failed attempt
-    dead: str | None = None  # the reason, when the job was discarded
-    retried: int = 0  # automatic retries: failed attempts not followed by the job's death
-    by_hand: int = 0  # retries by hand (a finished job put back)
-    cancelled: int = 0
-
-
-@dataclass(frozen=True)
-class StateNames:
-    """What a library's job states mean: the whole of what this mode needs to know of it."""
-
-    enum: str  # the SQL type of the state column, for the active-set literal
-    waiting: frozenset[str]  # not running, not finished (available, scheduled, retryable, ...)
-    running: str
-    completed: str
-    cancelled: str
-    discarded: str  # dead: out of attempts, or discarded by the worker
-    inserted: str = "available"  # the state of a job as inserted, before anything ran
-    # Waiting states an older schema lacks (Oban's suspended): a "states" query, run once,
-    # returns one boolean column per name, and the active set includes the ones present.
-    optional: frozenset[str] = frozenset()
-
-    @property
-    def active(self) -> frozenset[str]:
-        """Every state a job can still leave."""
-        return self.waiting | {self.running}
-
-    @property
-    def terminal(self) -> frozenset[str]:
-        """The states a job ends in (until put back by hand)."""
-        return frozenset({self.completed, self.cancelled, self.discarded})
-
-    def change(self, before: RowState, now: RowState, kinds: list[str]) -> StateDelta:
-        """The deltas between two versions of one job's row; ``kinds`` bounds each error entry.
-
-        Every fetch adds 1 to ``attempt`` (a snooze takes it back and counts in ``snoozed``),
-        and every attempt ends in exactly one way: an error entry (a failure, or the reason of
-        a cancel the worker returned), a snooze, a rescue to waiting (``rescued``), or an end
-        state (completed; discarded by a rescuer that leaves no entry). So the attempts that
-        ended and left no trace of their own are the end state's.
-        """
-        out = StateDelta()
-        terminal = self.terminal
-        ended = now.state in terminal and (
-            before.state != now.state or before.ended_at != now.ended_at
-        )
-        if before.state in terminal and (
-            now.state != before.state or now.ended_at != before.ended_at
-        ):
-            out.by_hand = 1  # only a finished job goes back this way
-        fetches = (now.attempt - before.attempt) + (now.snoozed - before.snoozed)
-        finished = fetches + (before.state == self.running) - (now.state == self.running)
-        new_errors = max(0, now.errors - before.errors)
-        rescued = now.rescued - before.rescued
-        # A cancel by hand marks the row; a cancel returned by the worker appends its reason.
-        in_job_cancel = (
-            ended and now.state == self.cancelled and now.cancel_mark == before.cancel_mark
-        )
-        failed_kinds = kinds[len(kinds) - new_errors :] if new_errors else []
-        if in_job_cancel and failed_kinds:
-            failed_kinds = failed_kinds[:-1]
-        traceless = finished - new_errors - (now.snoozed - before.snoozed) - rescued
-        rescuer_discard = ended and now.state == self.discarded and traceless > 0
-        out.failures = (*failed_kinds, *([LEASE_EXPIRED] * (rescued + rescuer_discard)))
-        if ended:
-            self._ended(out, now.state, LEASE_EXPIRED if rescuer_discard else None, kinds)
-        # Every failed attempt is retried unless the job died; a death without a failed attempt
-        # of its own (a rescuer discarding a waiting job out of attempts) withdraws the retry
-        # counted when its last attempt failed.
-        out.retried = len(out.failures) - (out.dead is not None)
-        return out
-
-    def _ended(self, out: StateDelta, state: str, reason: str | None, kinds: list[str]) -> None:
-        if state == self.completed:
-            out.completed = 1
-        elif state == self.cancelled:
-            out.cancelled = 1
-        else:
-            out.dead = reason or (kinds[-1] if kinds else ERROR)
-
-    def returned(self, now: RowState, kinds: list[str]) -> StateDelta:
-        """A finished job the reader had forgotten, back by hand since the previous snapshot:
-        an end it shows is new; its figures before the retry are gone (not counted)."""
-        out = StateDelta(by_hand=1)
-        if now.state in self.terminal:
-            self._ended(out, now.state, None, kinds)
-        if out.dead is not None:
-            out.retried = -1  # as for any death: retries = failures - deaths
-        return out
-
-
 class StateDiffReader(LedgerReader):
     """Reads a table of jobs changed in place into gauges and exact counts, one cycle at a time.
 
@@ -198,6 +89,11 @@ class StateDiffReader(LedgerReader):
     # one does not (:meth:`bind`, $4): an end stamped by a client's clock below the windows is
     # then still found, and refused.
     sequence_ids = True
+    # Whether ``changes`` takes a fourth argument, the ids of the jobs last seen running, and
+    # returns their rows whatever their stamps: a job that was running can end with a stamp
+    # older than any window (River's completer holds a finished job, stamped, while it
+    # retries its write), and would otherwise be forgotten as deleted.
+    follows_running = False
 
     def start(self) -> None:
         """The active states' SQL, the known jobs, the id watermark and the windows' cursor."""
@@ -225,7 +121,8 @@ class StateDiffReader(LedgerReader):
     def held(self) -> int:
         """Of them, the finished jobs and seen ids kept until the horizon passes them."""
         terminal = self.states.terminal
-        return sum(job.state in terminal for job in self.known.values()) + len(self.ids.consumed)
+        finished = {job_id for job_id, job in self.known.items() if job.state in terminal}
+        return len(finished | self.ids.consumed)  # a new job that finished is held once
 
     def _with_states(self, states: frozenset[str]) -> dict[str, str]:
         literal = "'{" + ",".join(sorted(states)) + "}'::" + self.states.enum + "[]"
@@ -251,7 +148,11 @@ class StateDiffReader(LedgerReader):
 
     def _changes_args(self, window: tuple[float, int]) -> tuple[object, ...]:
         if self.sequence_ids:
-            return (*window, self._lower_id)
+            if not self.follows_running:
+                return (*window, self._lower_id)
+            running = self.states.running
+            ids = sorted(int(key) for key, job in self.known.items() if job.state == running)
+            return (*window, self._lower_id, ids)
         active = self.states.active
         before = sorted(str(key) for key, job in self.known.items() if job.state in active)
         return (*window, self._previous, before)
@@ -295,12 +196,13 @@ class StateDiffReader(LedgerReader):
                 self.known[key] = _state_of(row)
             self.ledger.settle()
         active = {key for row in results["gauges"] for key in row[GAUGE_IDS]}
+        # The watermark first: it says which finished jobs the id range can no longer return.
+        self.ids.advance()
         if gone := self._forget(active, set(rows), next_bound):
             reading.warnings.append(
                 f"{gone} {self.library} jobs were deleted before their end could be read "
                 "(by hand, or a library set to delete finished jobs); they are not counted"
             )
-        self.ids.advance()
         self._previous = str(first(results["snapshot"])["snapshot"])
         self.cursor.advance(self._previous)
         return reading
@@ -320,7 +222,12 @@ class StateDiffReader(LedgerReader):
         else:
             delta = self.states.change(before or RowState(self.states.inserted), now, kinds)
         ended = delta.completed or delta.cancelled or delta.dead is not None
-        if ended and now.ended_at is not None and now.ended_at < bound:
+        # A job followed since it ran may end written late (River's completer retries its
+        # write): its old stamp says nothing of a clock.
+        followed = (
+            self.follows_running and before is not None and before.state == self.states.running
+        )
+        if ended and now.ended_at is not None and now.ended_at < bound and not followed:
             # Only an end stamped by a clock behind the database's lies below the window: a
             # job that such a clock saw both start and end between two cycles would be missed.
             raise CountingError(
@@ -360,13 +267,20 @@ class StateDiffReader(LedgerReader):
     def _forget(self, active: set[JobKey], seen: set[JobKey], bound: float) -> int:
         """Drop jobs that no range of the next cycle can return again; how many were deleted
         while active."""
+        # With a sequence, the id range returns a version again while its id is above the
+        # watermark (its xmin can be at or above this snapshot's xmin): a finished job is kept
+        # until both the windows and the id range have passed it, or it would come back as a
+        # retry by hand.
+        watermark = self.ids.watermark if self.ids.watermark is not None else 0
         gone = 0
         for key, job in list(self.known.items()):
             if job.state in self.states.active:
                 if key not in active and key not in seen:
                     del self.known[key]  # deleted while waiting
                     gone += 1
-            elif job.ended_at is None or job.ended_at < bound:
+            elif (job.ended_at is None or job.ended_at < bound) and (
+                not self.sequence_ids or int(key) <= watermark
+            ):
                 del self.known[key]
         return gone
 

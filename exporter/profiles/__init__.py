@@ -2,9 +2,9 @@
 
 ``PROFILES`` is the registry the service looks a queue's ``profile`` up in: ``default`` (the
 reference table, :mod:`exporter.profiles.default`) and one per preset (procrastinate, pgqueuer,
-pg-boss, django-tasks, Oban, graphile-worker, Solid Queue, GoodJob; ``PRESETS`` has their readers,
-capabilities and retention). See docs/presets.md for the interface, the proofs, and "Adding a
-preset".
+pg-boss, django-tasks, Oban, graphile-worker, Solid Queue, GoodJob, River; ``PRESETS`` has their
+readers, capabilities and retention). See docs/presets.md for the interface, the proofs, and
+"Adding a preset".
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from exporter.profiles import (
     pgboss,
     pgqueuer,
     procrastinate,
+    river,
     solid_queue,
 )
 from exporter.profiles.base import Preset, Profile
@@ -128,6 +129,15 @@ PRESETS: dict[str, Preset] = {
             capabilities=good_job.CAPABILITIES,
             retention=good_job.RETENTION,
             table=good_job.TABLE,
+        ),
+        Preset(
+            name="river",
+            library="River (Go)",
+            versions="migration line main up to 007 (proven at 007, River v0.43 line)",
+            make_reader=river.RiverReader,
+            capabilities=river.CAPABILITIES,
+            retention=river.RETENTION,
+            table="river_job",
         ),
     )
 }

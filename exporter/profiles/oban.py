@@ -9,7 +9,8 @@ a settled watermark). docs/presets.md ("Oban") has the argument.
 
 from __future__ import annotations
 
-from exporter.counting.statediff import RowState, StateDiffReader, StateNames
+from exporter.counting.state_change import RowState, StateNames
+from exporter.counting.statediff import StateDiffReader
 from exporter.profiles.base import EXACT_GAUGES, Exactness, RetentionHint, preset_queries
 
 __all__ = ["INSERTED", "ObanReader", "RowState", "change"]

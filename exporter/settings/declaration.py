@@ -38,6 +38,8 @@ class Spec:
     # The command whose --help lists the flag (None: every command that takes its section);
     # the others take it unlisted, which keeps the main --help short.
     listed_in: str | None = None
+    # Where the choices are listed, when there are too many for --help to list them.
+    choices_in: str | None = None
 
 
 def setting(kind: Kind, default: object, help: str, **options: Any) -> Any:

@@ -151,7 +151,9 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _help(setting: Setting) -> str:
     text = setting.spec.help.rstrip(".") + "."
-    if setting.spec.choices:
+    if setting.spec.choices_in:
+        text += f" One of {len(setting.spec.choices)} names ({setting.spec.choices_in})."
+    elif setting.spec.choices:
         text += f" One of: {', '.join(setting.spec.choices)}."
     default = default_text(setting)
     if default is not None and setting.kind is Kind.BUCKETS:

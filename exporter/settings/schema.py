@@ -291,8 +291,8 @@ class QueueOptions:
         optional=True, per_queue=True,
     )  # fmt: skip
     profile: str = setting(
-        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables the queue reads (docs/presets.md).",
-        choices=PROFILES,
+        Kind.CHOICE, DEFAULT_PROFILE, "Whose tables: default, or a library's.",
+        choices=PROFILES, choices_in="docs/presets.md",
         aliases=PROFILE_ALIASES, per_queue=True,
     )  # fmt: skip
 

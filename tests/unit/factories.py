@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from typing import TypeVar
 
 from exporter.model import ActiveStats, Health, HeldJobs, QueueView, Snapshot, Tallies
+from exporter.runtime import QueueRuntime
+from exporter.settings import QueueSettings
+from exporter.settings.schema import DatabaseSettings
 from exporter.vocabulary import REQUIRED_INDEXES
+
+R = TypeVar("R")
 
 
 def view(queue: str = "orders", **changes: object) -> QueueView:
@@ -44,3 +50,16 @@ def view(queue: str = "orders", **changes: object) -> QueueView:
         held=HeldJobs(jobs=2, cap=1_000_000),
     )
     return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def preset_queue(profile: str, name: str = "media", **collect: float) -> QueueSettings:
+    """A queue of a preset at a placeholder DSN, with some collect settings changed."""
+    base = QueueSettings(name=name, database=DatabaseSettings(dsn="postgresql://u@h/a"))
+    return replace(base, profile=profile, collect=replace(base.collect, **collect))
+
+
+def reader_of(settings: QueueSettings, kind: type[R]) -> R:
+    """The counting mode a queue's runtime starts with, checked to be the preset's reader."""
+    mode = QueueRuntime(settings).poller.mode
+    assert isinstance(mode, kind)
+    return mode

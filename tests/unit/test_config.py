@@ -661,6 +661,16 @@ def test_queue_name_flag_names_one_queue_and_is_refused_with_a_list(tmp_path: Pa
     assert named.queues[0].name == "jobs"
 
 
+def test_a_river_queue_is_labelled_river_unless_it_is_named() -> None:
+    env = {"DATABASE_URL": "postgresql://u@h/app"}
+    river = load_settings(None, env, {"--queue.profile": "river"})
+    assert river.queues[0].name == "river"  # not the app's database
+    named = load_settings(None, env, {"--queue.profile": "river", "--queue.name": "jobs"})
+    assert named.queues[0].name == "jobs"
+    oban = load_settings(None, env, {"--queue.profile": "oban"})
+    assert oban.queues[0].name == "app"  # presets without a name of their own: the database
+
+
 def test_a_key_written_twice_is_an_error_naming_it_and_its_lines(tmp_path: Path) -> None:
     message = config_error(tmp_path, "collect:\n  interval: 5s\n  timeout: 9s\n  interval: 6s\n")
     assert "duplicate key 'interval' (first at line 2)" in message
@@ -864,7 +874,7 @@ def test_the_presets_guide_example_loads(tmp_path: Path) -> None:
     loaded = load_text(tmp_path, example)
     assert [q.profile for q in loaded.queues] == [
         "default", "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban",
-        "graphile-worker", "solid-queue", "good-job",
+        "graphile-worker", "solid-queue", "good-job", "river",
     ]  # fmt: skip
     media = next(q for q in loaded.queues if q.name == "media").collect
     assert (media.interval, media.heartbeat_timeout) == (15.0, 300.0)

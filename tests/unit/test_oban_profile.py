@@ -18,9 +18,8 @@ from exporter.profiles.mapping import coverage_of, snapshot_of
 from exporter.profiles.oban import RESCUE_AFTER, ObanReader
 from exporter.runtime import QueueRuntime
 from exporter.settings import QueueSettings
-from exporter.settings.schema import DatabaseSettings
 from exporter.vocabulary import DEADLINE, ERROR, LEASE_EXPIRED
-from tests.unit.factories import view
+from tests.unit.factories import preset_queue, reader_of, view
 
 BOUNDS = (1.0, 10.0)
 
@@ -53,19 +52,12 @@ def test_oban_exports_cancellations_and_three_reasons_the_default_no_cancellatio
 
 
 def _settings(**collect: float) -> QueueSettings:
-    base = QueueSettings(name="media", database=DatabaseSettings(dsn="postgresql://u@h/a"))
-    return replace(base, profile="oban", collect=replace(base.collect, **collect))
-
-
-def _reader(runtime: QueueRuntime) -> ObanReader:
-    mode = runtime.poller.mode
-    assert isinstance(mode, ObanReader)
-    return mode
+    return preset_queue("oban", **collect)
 
 
 def test_the_heartbeat_timeout_is_the_lifelines_rescue_after_and_defaults_to_pythons() -> None:
-    assert _reader(QueueRuntime(_settings(heartbeat_timeout=3600.0))).rescue_after == 3600.0
-    assert _reader(QueueRuntime(_settings())).rescue_after == RESCUE_AFTER == 300.0
+    assert reader_of(_settings(heartbeat_timeout=3600.0), ObanReader).rescue_after == 3600.0
+    assert reader_of(_settings(), ObanReader).rescue_after == RESCUE_AFTER == 300.0
 
 
 def test_an_interval_above_half_the_pruners_default_max_age_warns_at_start(

@@ -287,8 +287,16 @@ async def exporter_collections(
     return out
 
 
-async def measure_alone(name: str, run: Callable[[str], Awaitable[Measurement]]) -> None:
-    """One preset's measurement in a throwaway cluster of its own, printed (``python -m``)."""
+def assert_stays_on_indexes(result: Measurement) -> None:
+    """What every preset's EXPLAIN test requires: plans captured, no Seq Scan on a big table,
+    and fewer than 20,000 rows read in any cycle on 1,000,000 rows."""
+    assert result.plans, "no plan was captured"
+    assert result.seq_scans() == [], result.summary()
+    assert max(result.rows_read) < ROWS // 50, result.summary()
+
+
+async def on_a_cluster(name: str, run: Callable[[str], Awaitable[Measurement]]) -> Measurement:
+    """``run`` on a new database of a throwaway cluster, removed afterwards."""
     from exporter.demo.cluster import Cluster
 
     cluster = Cluster()
@@ -296,9 +304,14 @@ async def measure_alone(name: str, run: Callable[[str], Awaitable[Measurement]])
     try:
         dbname = f"explain_{name}_{uuid.uuid4().hex[:6]}"
         cluster.create_database(dbname)
-        print(f"{ROWS:,} rows; {(await run(cluster.dsn(dbname))).report()}")
+        return await run(cluster.dsn(dbname))
     finally:
         cluster.destroy()
+
+
+async def measure_alone(name: str, run: Callable[[str], Awaitable[Measurement]]) -> None:
+    """One preset's measurement in a throwaway cluster of its own, printed (``python -m``)."""
+    print(f"{ROWS:,} rows; {(await on_a_cluster(name, run)).report()}")
 
 
 async def _main() -> None:

@@ -136,8 +136,12 @@ class RecordedPoller:
 
     def stuck(self, job_type: str) -> float:
         """The job type's stuck gauge after the latest collection (0 when it has no series)."""
-        gauges = self.last.gauges.get(job_type)
-        return gauges.stuck if gauges is not None else 0
+        return self.gauge(job_type, "stuck")
+
+    def gauge(self, job_type: str, figure: str) -> float:
+        """One gauge of one job type after the latest collection (0 before it has a series)."""
+        figures = self.last.gauges.get(job_type)
+        return float(getattr(figures, figure)) if figures is not None else 0.0
 
     def _record(self) -> None:
         poller = self.poller
@@ -212,6 +216,21 @@ def as_counted(counters: dict[str, dict[Any, int]]) -> dict[str, dict[Any, int]]
         by_hand[job_type] += n
     out["requeued"] = Counter({job_type: n for job_type, n in by_hand.items() if n > 0})
     return {name: {k: v for k, v in found.items() if v} for name, found in out.items()}
+
+
+def assert_histograms(tallies: Any, truth: dict[str, Any], within: float) -> None:
+    """The queue's three histograms hold, per job type, the truth's (count, duration sum,
+    wait sum, latency sum), sums within ``within`` seconds; no job type more."""
+    for job_type, (n, duration, wait, latency) in truth.items():
+        for found, total in ((tallies.duration, duration), (tallies.wait, wait),
+                             (tallies.latency, latency)):  # fmt: skip
+            assert found[job_type].count == n, job_type
+            assert abs(found[job_type].total - total) <= within, (
+                job_type,
+                found[job_type].total,
+                total,
+            )
+    assert set(tallies.duration) == set(truth)
 
 
 def observed(histograms: dict[str, Any]) -> dict[str, int]:

@@ -9,7 +9,7 @@ import pytest
 
 from exporter.profiles.oban import ObanReader
 from exporter.service import Service
-from tests.system.presets.exported import RecordedPoller, nonzero
+from tests.system.presets.exported import RecordedPoller, assert_histograms, nonzero
 from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
 from tests.system.presets.statediff_contract import assert_keeps_the_contract
 
@@ -65,12 +65,7 @@ async def test_counters_and_gauges_equal_the_oban_table(oban_dsn: str) -> None:
     assert truth.counters["requeued"] == {flaky: 1}  # the retry by hand
     # ... and the exporter, polling all along, agrees with it exactly.
     assert poller.tallies.counters() == truth.counters
-    for worker, (n, duration, wait, latency) in truth.histograms.items():
-        for table, total in ((poller.tallies.duration, duration), (poller.tallies.wait, wait),
-                             (poller.tallies.latency, latency)):  # fmt: skip
-            assert table[worker].count == n, worker
-            assert table[worker].total == pytest.approx(total, abs=1e-6), worker
-    assert set(poller.tallies.duration) == set(truth.histograms)
+    assert_histograms(poller.tallies, truth.histograms, within=1e-6)
     assert poller.tallies.latency[h.W + "Later"].total >= 2.0  # it waited for its time
     assert stuck_seen == [2]
     last = poller.last.gauges
@@ -128,12 +123,11 @@ async def test_late_insert_and_late_completion_are_counted_once(oban_dsn: str) -
 
 
 async def test_per_cycle_queries_use_indexes_on_a_million_rows(oban_dsn: str) -> None:
+    from tests.system.presets.explain import assert_stays_on_indexes
     from tests.system.presets.oban_explain import measure_oban
 
     result = await measure_oban(oban_dsn)
-    assert result.plans, "no plan was captured"
-    assert result.seq_scans() == [], result.summary()
-    assert max(result.rows_read) < 1_000_000 // 50, result.summary()
+    assert_stays_on_indexes(result)
     print(result.summary())
 
 
