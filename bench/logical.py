@@ -125,18 +125,19 @@ def costs(result: dict[str, Any], cpu: float, wal: int, walsender: float, wall: 
 def render(results: list[dict[str, Any]]) -> str:
     """A Markdown table of each mode's cost, side by side per rate."""
     lines = [
-        "| jobs/s (target) | counting | jobs/s | exporter CPU | exporter µs / change | "
-        "walsender CPU | walsender µs / change | WAL / job | scrape median / max | counters |",
+        "| jobs/s (target) | counting | jobs/s | exporter CPU | exporter µs / job | "
+        "walsender µs / job | WAL / job | RSS | scrape median / max | counters |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         exact = "exact" if r["exact"] else "**off**"
+        settled = f", {r['settled_s']:.0f} s after the load" if r.get("settled_s") else ""
         lines.append(
             f"| {r['target_rate'] or 'max'} | {r['counting']} | {r['jobs_per_s']:,.0f} | "
-            f"{r['cpu_pct']:.1f} % | {r['exporter_us_per_change']:,.0f} | "
-            f"{r['walsender_cpu_pct']:.1f} % | {r['walsender_us_per_change']:,.0f} | "
-            f"{r['wal_bytes_per_job']:,.0f} B | "
+            f"{r['cpu_pct']:.1f} % | {CHANGES_PER_JOB * r['exporter_us_per_change']:,.0f} | "
+            f"{CHANGES_PER_JOB * r['walsender_us_per_change']:,.0f} | "
+            f"{r['wal_bytes_per_job']:,.0f} B | {r['rss_max_mib']:.0f} MiB | "
             f"{(r['median_scrape_s'] or 0) * 1000:.1f} / {(r['max_scrape_s'] or 0) * 1000:.1f} ms | "
-            f"{exact} ({r['completed'][0]:,.0f} = {r['completed'][1]:,}) |"
+            f"{exact} ({r['completed'][0]:,.0f} = {r['completed'][1]:,}{settled}) |"
         )
     return "\n".join(lines)

@@ -290,6 +290,7 @@ async def run_one(
             exact=counted == (rows1 - rows0, jobs),
         )
         logical.costs(result, cpu, wal, sender, wall)
+        result["settled_s"] = caught - (wall0 + wall)  # load's end to the exact counts
         if args.catch_up:
             result["catch_up_down_s"] = args.catch_up
             result["catch_up_s"] = caught - max(resumed, wall0 + wall)

@@ -18,11 +18,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 from exporter.counting.results import classify, decode_result, split_error
-from exporter.counting.status_rule import CANCELLED, COUNTED, IGNORED, UNMAPPED, status_change
+from exporter.counting.status_rule import (
+    CANCELLED,
+    COUNTED,
+    IGNORED,
+    UNMAPPED,
+    StatusChange,
+    status_change,
+)
 from exporter.counting.statuses import count_unmapped, show_status
 from exporter.counting.tracker import TrackerOptions
 from exporter.model import DEAD, DONE, PENDING, RUNNING, JobType, Tallies
-from exporter.model.change_tally import OVERFLOW, ChangeTally
+from exporter.model.change_tally import MAX_KEYS, OVERFLOW, ChangeTally
 from exporter.model.row_changes import DELETE, INSERT, TRUNCATE, UPDATE, RowChange, TextRow
 from exporter.settings.table import TableMapping
 from exporter.vocabulary import LEASE_EXPIRED, OTHER, Status
@@ -69,6 +76,10 @@ class StreamFold:
         self._numeric = all(isinstance(v, int) for v in mapping.status_values.values())
         # Timestamps without a time zone are read in the writers' declared zone.
         self._zone = _zone(mapping.time_zone)
+        # The rule's verdicts and the job types' keys, remembered: the stream's thread asks
+        # for the same few thousand times a second.
+        self._rules: dict[tuple[int | None, int], StatusChange] = {}
+        self._keys: dict[str, JobType] = {}
 
     def tally(self) -> ChangeTally:
         """A new tally with the queue's buckets."""
@@ -120,7 +131,9 @@ class StreamFold:
             return  # a column list without the status: nothing to tell (refused at start)
         text = new[self.status]
         after = self._code(text)
-        change = status_change(before, after)
+        change = self._rules.get((before, after))
+        if change is None:
+            change = self._rules[(before, after)] = status_change(before, after)
         if change.unmapped:
             shown = show_status(text, numeric=self._numeric)
             tally.unmapped[shown] += 1
@@ -220,7 +233,13 @@ class StreamFold:
         text = row.get(self._job_type)
         if text is None:
             return ""
-        return int(text) if text.isascii() and text.lstrip("-").isdigit() else text
+        key = self._keys.get(text)
+        if key is None:
+            if len(self._keys) >= MAX_KEYS:
+                self._keys.clear()  # whoever enqueues names job types: bounded
+            key = int(text) if text.isascii() and text.lstrip("-").isdigit() else text
+            self._keys[text] = key
+        return key
 
 
 def credit(

@@ -161,11 +161,7 @@ class TransactionFolder:
     def take(self, data: bytes) -> bool:
         """Take one message; True when it was a Commit (a transaction ended)."""
         kind = data[0] if data else -1
-        if kind in _CHANGES:
-            layout = self._layouts.get(relation_of(data))
-            if layout is not None and not self._skipping:
-                self._change(kind, data, layout)
-            return False
+        # Most messages are a Begin, a Commit or a change, in that order of frequency.
         if kind == _BEGIN:
             # Begin's final LSN is where its commit record starts; a commit folded before
             # ended after that: this is the same transaction, sent again.
@@ -174,24 +170,13 @@ class TransactionFolder:
             self._spilled = self._at = None
             return False
         if kind == _COMMIT:
-            end = commit_of(data)
-            if self._skipping:
-                pass
-            elif self._spilled is not None:
-                spilled = self._spilled
-                spilled.changes += self._quiet
-                for change in self._changes:
-                    self.fold.count(change, self._commit_time(), spilled)
-                self.outlet.absorb(self.fold, spilled, end)
-                self.delivered = self.skip_below = end
-            elif self._changes:
-                self.outlet.fold(self.fold, self._changes, self._commit_time(), end, self._quiet)
-                self.delivered = self.skip_below = end
-            elif self._quiet:
-                self.outlet.advance(self.fold, self._quiet, end)
-                self.delivered = self.skip_below = end
-            self._open, self._changes, self._spilled = False, [], None
+            self._commit(commit_of(data))
             return True
+        if kind in _CHANGES:
+            layout = self._layouts.get(relation_of(data))
+            if layout is not None and not self._skipping:
+                self._change(kind, data, layout)
+            return False
         message = decode(data)  # the rare ones, checked whole
         if isinstance(message, Relation):
             self._relation(message)
@@ -202,6 +187,24 @@ class TransactionFolder:
         ):
             self._add(RowChange(TRUNCATE))
         return False
+
+    def _commit(self, end: int) -> None:
+        if self._skipping:
+            pass
+        elif self._spilled is not None:
+            spilled = self._spilled
+            spilled.changes += self._quiet
+            for change in self._changes:
+                self.fold.count(change, self._commit_time(), spilled)
+            self.outlet.absorb(self.fold, spilled, end)
+            self.delivered = self.skip_below = end
+        elif self._changes:
+            self.outlet.fold(self.fold, self._changes, self._commit_time(), end, self._quiet)
+            self.delivered = self.skip_below = end
+        elif self._quiet:
+            self.outlet.advance(self.fold, self._quiet, end)
+            self.delivered = self.skip_below = end
+        self._open, self._changes, self._spilled = False, [], None
 
     def _relation(self, message: Relation) -> None:
         if message.name != self._name or self._schema not in (None, message.namespace):
