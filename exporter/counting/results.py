@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from exporter.model import Figures
 from exporter.vocabulary import COST_AI, COST_OTHER, COST_PROXY, DEADLINE, ERROR
@@ -59,9 +60,9 @@ class ResultPaths:
         return ("result", *read) if read else ()
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What a completed job's result says, with the names of the fields that were malformed."""
+class Outcome(NamedTuple):
+    """What a completed job's result says, with the names of the fields that were malformed
+    (a tuple: the change stream makes one per completion)."""
 
     duration_seconds: float | None
     cost: dict[str, float]  # component (ai, proxy, other) -> USD, only components that are known
@@ -92,8 +93,12 @@ def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
         return _NOTHING
     if not isinstance(document, dict):
         return _not_an_object(paths)
-    return _outcome(dict(zip(FIELDS, [_number_at(document, p) for p in paths.as_tuple()],
-                             strict=True)))  # fmt: skip
+    return _outcome({
+        "duration_ms": _number_at(document, paths.duration_ms),
+        "ai_usd": _number_at(document, paths.ai_usd),
+        "proxy_usd": _number_at(document, paths.proxy_usd),
+        "total_usd": _number_at(document, paths.total_usd),
+    })  # fmt: skip
 
 
 # A 16-digit run may be an integer beyond float precision, which orjson would read as a float
