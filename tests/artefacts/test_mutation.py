@@ -61,8 +61,6 @@ EQUIVALENT = {
     ("JobQueueWorkerCrashStorm", "sum without(", "max without(", 349): "multiplied by 0",
 }
 
-pytestmark = pytest.mark.slow
-
 _CMP = {" > ": [" >= ", " < "], " >= ": [" > "], " == ": [" != "], " < ": [" <= "]}
 _FUNCS = {
     "max_over_time(": ["min_over_time("],
@@ -226,6 +224,8 @@ def test_every_listed_equivalent_mutant_exists() -> None:
     assert set(EQUIVALENT) <= keys, set(EQUIVALENT) - keys
 
 
+@pytest.mark.slow
+@pytest.mark.daemon
 def test_suite_kills_single_token_mutants(tmp_path: Path) -> None:
     assert shutil.which("promtool"), "promtool is not installed"
     by_alert = _tests_by_alert()

@@ -93,11 +93,14 @@ def _alerts(settings: AlertSettings) -> list[dict[str, Any]]:
 # ---- promtool -------------------------------------------------------------------------
 
 
+@pytest.mark.daemon
 def test_committed_rules_pass_promtool_lint() -> None:
     result = _run(_promtool(), "check", "rules", "--lint=all", "--lint-fatal", str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.daemon
 def test_promtool_suite_passes_standalone_with_the_documented_glob() -> None:
     """`promtool test rules alerts/tests/*.yml alerts/tests/*/*.yml` from the checkout itself.
 
@@ -139,6 +142,7 @@ def _check_loaded_together(files: list[Path], directory: Path) -> subprocess.Com
     )
 
 
+@pytest.mark.daemon
 def test_every_rule_file_of_the_alerts_glob_loads_with_the_others(tmp_path: Path) -> None:
     shipped = sorted((ROOT / "alerts").glob("*.rules.yml"))
     assert RULES_FILE in shipped
@@ -147,6 +151,7 @@ def test_every_rule_file_of_the_alerts_glob_loads_with_the_others(tmp_path: Path
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.daemon
 def test_loading_the_budget_fixture_beside_the_shipped_rules_is_a_duplicate(
     tmp_path: Path,
 ) -> None:
@@ -157,6 +162,7 @@ def test_loading_the_budget_fixture_beside_the_shipped_rules_is_a_duplicate(
     assert "job:jobqueue_up:max" in result.stdout + result.stderr
 
 
+@pytest.mark.daemon
 def test_budget_rendering_passes_promtool_lint() -> None:
     lint = _run(_promtool(), "check", "rules", "--lint=all", "--lint-fatal", str(BUDGET_RULES_FILE))
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -183,6 +189,7 @@ def test_every_alert_has_a_firing_and_a_silent_case() -> None:
     assert everything - silent == set(), "alerts without a silent case"
 
 
+@pytest.mark.daemon
 def test_a_wrong_expectation_makes_promtool_fail(tmp_path: Path) -> None:
     """The harness sees promtool failures: a test expecting silence where an alert fires fails."""
     broken = tmp_path / "broken.yml"

@@ -429,6 +429,7 @@ async def test_only_the_troubled_job_type_fails_when_the_others_are_healthy(db_d
     assert {t for t, n in tally.completed.items() if n} > {2}
 
 
+@pytest.mark.cluster
 async def test_demo_environment_serves_a_busy_queue_and_cleans_up_when_cancelled() -> None:
     started = asyncio.Event()
     seen: dict[str, object] = {}

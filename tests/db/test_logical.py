@@ -32,7 +32,7 @@ from tests.logical_cluster import PUBLICATION
 from tests.mapped_queue import TasksQueue, prepare_tasks, tasks_queue
 from tests.truth import assert_exact, expected
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.logical]
 
 RESULT = {"metrics": {"duration_ms": 250, "cost": {"ai_usd": 0.01, "total_usd": 0.015}}}
 _names = itertools.count()

@@ -36,7 +36,7 @@ from tests.helpers import fast_queue, parse, value
 from tests.logical_cluster import PUBLICATION, logical_cluster, published_database
 from tests.truth import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.logical]
 
 _names = itertools.count()
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -136,6 +136,7 @@ def totals(runtime: QueueRuntime) -> dict[str, int]:
     }
 
 
+@pytest.mark.daemon
 async def test_the_slot_gauges_are_the_servers_figures(capped_dsn: str) -> None:
     runtime = QueueRuntime(gap_queue(capped_dsn))
     slot = runtime.settings.collect.logical_slot

@@ -26,7 +26,7 @@ from tests.db.test_logical import (
 )
 from tests.truth import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.logical]
 
 RATE = 40.0  # jobs a second, each enqueued, claimed and completed
 HELD = 30.0  # seconds the read-only transaction stays open

@@ -105,6 +105,7 @@ async def two_phase_dsn(fresh_cluster: Cluster) -> str:
     return dsn
 
 
+@pytest.mark.cluster
 async def test_jobs_of_a_transaction_prepared_before_the_baseline_are_enqueues_not_requeues(
     two_phase_dsn: str,
 ) -> None:

@@ -34,7 +34,7 @@ from tests.e2e_stack import (
 )
 from tests.helpers import fast_settings
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.daemon, pytest.mark.logical]
 
 ALERTS = dataclasses.replace(AlertSettings(), selector=f'job="{JOB_NAME}"', evaluation_interval=1)
 NO_ALERTMANAGER = 9  # the discard port: the alert is read from Prometheus itself

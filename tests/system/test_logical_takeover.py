@@ -44,7 +44,7 @@ from tests.system.exporters import (
     up,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.logical]
 
 INTERVAL = 2.0
 SCRAPE_EVERY = 0.25

@@ -27,6 +27,8 @@ from exporter.settings import Settings, WebSettings
 from tests.helpers import fast_queue
 from tests.pages import RenderedPage
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = "chromium"
 WIDTH, HEIGHT = 1360, 420
 # Nothing listens on port 1: the second queue is down from the start.

@@ -30,7 +30,7 @@ from exporter.vocabulary import ERROR, LEASE_EXPIRED
 from tests.system.presets.exported import RecordedPoller, observed, preset_queue
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library, pytest.mark.logical]
 
 PROFILE = "graphile-worker"
 SLOT, PUBLICATION = "jobqueue_gw_test", "jobqueue_gw_test"
