@@ -337,6 +337,32 @@ def test_prometheusrule_namespace_is_optional() -> None:
     assert document["metadata"]["namespace"] == "monitoring"
 
 
+def readme_alert_rows(readme: str) -> set[str]:
+    """The alert names of the README's alert table (``A / B`` rows share JobQueue)."""
+    section = readme.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    return {
+        name if name.startswith("JobQueue") else "JobQueue" + name
+        for cell in cells
+        if cell.startswith("JobQueue")
+        for name in cell.split(" / ")
+    }
+
+
+def test_every_alert_has_a_row_in_the_readme_alert_table() -> None:
+    rows = readme_alert_rows((ROOT / "README.md").read_text())
+    assert rows == {r["alert"] for r in _alerts(BUDGET_SETTINGS)}
+
+
+def test_the_readme_alert_table_check_reads_shared_rows_and_misses_a_dropped_one() -> None:
+    readme = "# x\n\n## Alerts\n\n| alert | when |\n|---|---|\n| JobQueueA / B | x |\n| JobQueueC | y |\n\n## Next\n"
+    assert readme_alert_rows(readme) == {"JobQueueA", "JobQueueB", "JobQueueC"}
+    assert readme_alert_rows(readme.replace("| JobQueueC | y |\n", "")) == {
+        "JobQueueA",
+        "JobQueueB",
+    }
+
+
 def test_every_issue_alert_is_rendered_and_budget_only_when_configured() -> None:
     default_names = {r["alert"] for r in _alerts(AlertSettings())}
     assert default_names == EXPECTED_ALERTS
