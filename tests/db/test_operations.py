@@ -26,8 +26,6 @@ from exporter.poller import Poller
 from tests.helpers import collect_until, cursor, fast_settings, make_poller, scrape, value
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
-pytestmark = pytest.mark.slow
-
 RESULT = {"metrics": {"duration_ms": 250}}
 
 
