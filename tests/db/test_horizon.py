@@ -28,6 +28,7 @@ from tests.helpers import (
     settle,
     value,
     wait_for_completions,
+    wait_until,
 )
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
@@ -297,6 +298,17 @@ async def test_a_long_read_only_transaction_delays_no_count_and_loses_none(db_ds
             await dump.fetchval("SELECT count(*) FROM job")
             await fleet.start()
             await wait_for_completions(fleet, 150)
+            # The held stretch must contain a requeue and last the 5 s checked below: both are
+            # waited for, since on a quiet machine 150 completions can take less than that.
+            requeued = sum(before.requeued.values())
+            await wait_until(
+                lambda: sum(fleet.tally.requeued.values()) > requeued,
+                within=60, what="a dead job requeued by the fleet's operator",
+            )  # fmt: skip
+            await wait_until(
+                lambda: poller.health.lag_seconds >= 5.0,
+                within=60, what="the cursor 5 s behind the held horizon",
+            )  # fmt: skip
             await fleet.pause()
             # Still held: everything committed is visible, and a few cycles read all of it.
             await poller.wait_for_collections(poller.generation + 3)
