@@ -12,15 +12,22 @@ Fixtures:
     secret_cluster              a fresh_cluster with a queue database and a password role
     restore_logging             the root logger as it was before the test
 Helpers: :func:`execute`, :func:`fetch`, :func:`fetchval`, :func:`dsn_with_database`.
+
+Every cluster the session starts copies one initdb (``shared_template``), and every test that
+starts a cluster, a daemon, a browser or a queue library must carry that need's marker
+(tests/needs.py); the end of the run lists tests slower than :data:`SLOW_LIMIT` that carry no
+tier marker. docs/testing.md describes the tiers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections import defaultdict
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
@@ -29,8 +36,9 @@ import asyncpg
 import hypothesis
 import pytest
 
-from exporter.demo.cluster import Cluster, ClusterError
+from exporter.demo.cluster import Cluster, ClusterError, shared_template
 from exporter.demo.queue import prepare_database
+from tests import needs
 
 TEST_DSN_VARIABLE = "JOBQUEUE_EXPORTER_TEST_DSN"
 
@@ -41,6 +49,78 @@ TEST_DSN_VARIABLE = "JOBQUEUE_EXPORTER_TEST_DSN"
 hypothesis.settings.register_profile("ci", derandomize=True, deadline=None)
 hypothesis.settings.register_profile("dev", deadline=None)
 hypothesis.settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# A test without a tier marker that takes longer than this is named at the end of the run:
+# the fast tier (about 800 such tests) has to answer in two minutes.
+SLOW_LIMIT = 5.0
+FAST_DIRECTORIES = ("tests/unit/", "tests/db/", "tests/artefacts/")
+
+_session = contextlib.ExitStack()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--unmarked-needs",
+        choices=("fail", "report"),
+        default="fail",
+        help="a test that starts a cluster, daemon, browser or queue library without its "
+        "marker: fail it (default), or list it at the end (tests/needs.py)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    needs.install(report_only=config.getoption("unmarked_needs") == "report")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # One initdb for the session (per xdist worker): every Cluster() copies it.
+    _session.enter_context(shared_template())
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _session.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+    needs.CHECK.current = item
+    try:
+        yield
+    finally:
+        needs.CHECK.current = None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Name the unmarked needs (with --unmarked-needs=report) and the slow unmarked tests."""
+    seconds: defaultdict[str, float] = defaultdict(float)
+    unmarked: set[str] = set()
+    missing: set[str] = set()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if not isinstance(report, pytest.TestReport):
+                continue
+            if report.when == "call":  # setup may carry the session's cluster start
+                seconds[report.nodeid] += report.duration
+            if report.nodeid.startswith(FAST_DIRECTORIES) and not (
+                set(report.keywords) & set(needs.TIER_MARKERS)
+            ):
+                unmarked.add(report.nodeid)
+            missing |= {text for name, text in report.user_properties if name == "unmarked-need"}
+    if missing:
+        terminalreporter.section("tests that need a marker they do not carry")
+        for text in sorted(missing):
+            terminalreporter.write_line(text)
+    slow = sorted(
+        ((seconds[nodeid], nodeid) for nodeid in unmarked if seconds[nodeid] > SLOW_LIMIT),
+        reverse=True,
+    )
+    if slow:
+        terminalreporter.section(f"fast-tier tests over {SLOW_LIMIT:g}s")
+        terminalreporter.write_line(
+            "they carry no tier marker: make them faster or mark them (docs/testing.md)"
+        )
+        for duration, nodeid in slow:
+            terminalreporter.write_line(f"{duration:6.1f}s {nodeid}")
 
 
 @dataclass
@@ -99,6 +179,7 @@ def pg_cluster() -> Iterator[PgServer]:
         return
     try:
         cluster = Cluster()
+        needs.CHECK.exempt.append(cluster.data_dir)  # the session's own: no test's need
         cluster.start()
     except ClusterError as exc:
         pytest.fail(f"no PostgreSQL for the tests: {exc} (or set {TEST_DSN_VARIABLE})")

@@ -286,6 +286,7 @@ def test_compose_exporter_listens_where_prometheus_scrapes_and_its_settings_load
     assert urlsplit(queue.database.dsn).hostname == "postgres"
 
 
+@pytest.mark.daemon
 def test_prometheus_config_with_the_compose_mounts_resolved_passes_promtool(
     tmp_path: Path,
 ) -> None:
@@ -314,6 +315,7 @@ def test_prometheus_config_with_the_compose_mounts_resolved_passes_promtool(
     assert "SUCCESS" in done.stdout + done.stderr
 
 
+@pytest.mark.daemon
 def test_alertmanager_gets_the_shipped_config_and_it_passes_amtool() -> None:
     amtool = find_tool("amtool")
     service = compose()["services"]["alertmanager"]
@@ -400,6 +402,7 @@ def initdb_cluster() -> Iterator[Cluster]:
         yield cluster
 
 
+@pytest.mark.cluster
 def test_compose_initdb_scripts_build_the_queue_and_a_read_only_exporter_role(
     initdb_cluster: Cluster,
 ) -> None:

@@ -373,6 +373,7 @@ def run_promtool_check(exprs: list[str], tmp_path: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.daemon
 def test_every_query_parses_in_promtool(dashboard: dict[str, Any], tmp_path: Path) -> None:
     exprs = all_exprs(dashboard)
     result = run_promtool_check(exprs, tmp_path)
@@ -380,11 +381,13 @@ def test_every_query_parses_in_promtool(dashboard: dict[str, Any], tmp_path: Pat
     assert f"SUCCESS: {len(exprs)} rules found" in result.stdout + result.stderr
 
 
+@pytest.mark.daemon
 def test_promtool_check_rejects_a_broken_query(tmp_path: Path) -> None:
     result = run_promtool_check(["sum by (job_type (rate(x[1m]))"], tmp_path)
     assert result.returncode != 0
 
 
+@pytest.mark.daemon
 def test_slo_panels_divide_by_each_job_types_recorded_target(
     dashboard: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -587,6 +590,7 @@ def prometheus(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.daemon
 def test_preview_renders_panels_from_a_real_prometheus(prometheus: str, tmp_path: Path) -> None:
     output = tmp_path / "dashboard.png"
     end = float(_query(prometheus, "time()")[1])  # a scalar result is [time, "value"]

@@ -1,6 +1,8 @@
 """Every anchor the documents link to, and every setting they name, exists in the code.
 
 The documents are README.md, docs/*.md, dashboards/panels.md and bench/RESULTS.md.
+Every profile also has its row in the README's presets table and its column in docs/presets.md's
+"What each preset exports", and every preset a ground-truth test driving its library.
 
 - **Anchors.** A Markdown link ``[text](file.md#anchor)`` or ``[text](#anchor)`` must land on
   a heading of that file, slugged as GitHub does: the heading's text without its Markdown
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.profiles import PRESETS, PROFILES
 from exporter.settings.flags import COMMANDS, build_parser, option_strings
 from exporter.settings.sources import SETTINGS
 from exporter.settings.table import CANCELLED_KEY, IGNORE_KEY, ROLES, STATUS_NAMES
@@ -244,3 +247,52 @@ def test_every_command_has_a_row_in_the_configuration_commands_table() -> None:
     rows = {line.split("|")[1].strip() for line in table.splitlines()}
     missing = [c for c in COMMANDS if f"`{c}`" not in rows and f"`{c}` (the default)" not in rows]
     assert not missing, f"docs/configuration.md, Commands and other flags: no row for {missing}"
+
+
+# --- Presets ----------------------------------------------------------------------------
+
+
+def table_after(markdown: str, heading: str) -> list[list[str]]:
+    """The cells of the first table under ``heading``, one list per row (header included)."""
+    section = markdown.split(f"\n{heading}\n", 1)[1]
+    rows = [line for line in section.split("\n#", 1)[0].splitlines() if line.startswith("|")]
+    return [
+        [cell.strip() for cell in row.strip("|").split("|")] for row in rows if "---" not in row
+    ]
+
+
+def test_every_profile_has_a_row_in_the_readme_presets_table() -> None:
+    rows = table_after((ROOT / "README.md").read_text(), "## Presets")
+    assert {row[0] for row in rows[1:]} == {f"`{name}`" for name in PROFILES}
+
+
+def test_every_preset_has_a_column_in_what_each_preset_exports() -> None:
+    header = table_after((ROOT / "docs" / "presets.md").read_text(), "## What each preset exports")[
+        0
+    ]
+    named = {cell.split("`")[1] for cell in header if cell.startswith("`")}
+    assert named == set(PROFILES)
+
+
+# Each preset's ground truth: the module that drives the real library and compares every counter
+# with its record. A new preset fails the test below until it has one and is listed here.
+GROUND_TRUTH = {
+    "procrastinate": "test_procrastinate.py",
+    "pgqueuer": "test_pgqueuer.py",
+    "pgboss": "test_pgboss.py",
+    "django-tasks": "test_django_tasks.py",
+    "oban": "test_oban.py",
+    "graphile-worker": "test_graphile.py",
+}
+
+
+def test_every_preset_is_proven_by_a_ground_truth_test_of_its_library() -> None:
+    assert set(GROUND_TRUTH) == set(PRESETS)
+    for name, module in GROUND_TRUTH.items():
+        path = ROOT / "tests" / "system" / "presets" / module
+        assert path.is_file(), f"{name}: no ground-truth test {path.relative_to(ROOT)}"
+        text = path.read_text()
+        assert "pytest.mark.library" in text, f"{module} is not marked library"
+        assert re.search(rf'RecordedPoller\(\s*\w+,\s*"{re.escape(name)}"', text), (
+            f"{module} does not count a {name} queue"
+        )

@@ -26,6 +26,7 @@ from exporter.rules import (
     selector_labels,
 )
 from exporter.settings import AlertSettings
+from exporter.settings.kinds import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES_FILE = ROOT / "alerts" / "jobqueue.rules.yml"
@@ -84,6 +85,18 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=300, check=False)
 
 
+def _evaluations(test_file: Path) -> int:
+    """How many rule evaluations promtool makes for a test file: each case's last eval_time
+    over the file's evaluation_interval (what its run time follows)."""
+    document = yaml.safe_load(test_file.read_text())
+    interval = parse_duration(document.get("evaluation_interval", "1m"))
+    total = 0
+    for case in document["tests"]:
+        checks = case.get("alert_rule_test", []) + case.get("promql_expr_test", [])
+        total += int(max((parse_duration(c["eval_time"]) for c in checks), default=0) // interval)
+    return total
+
+
 def _rules(settings: AlertSettings) -> list[dict[str, Any]]:
     return [rule for group in rule_groups(settings) for rule in group["rules"]]
 
@@ -95,19 +108,25 @@ def _alerts(settings: AlertSettings) -> list[dict[str, Any]]:
 # ---- promtool -------------------------------------------------------------------------
 
 
+@pytest.mark.daemon
 def test_committed_rules_pass_promtool_lint() -> None:
     result = _run(_promtool(), "check", "rules", "--lint=all", "--lint-fatal", str(RULES_FILE))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
+@pytest.mark.daemon
 def test_promtool_suite_passes_standalone_with_the_documented_glob() -> None:
     """`promtool test rules alerts/tests/*.yml alerts/tests/*/*.yml` from the checkout itself.
 
     One promtool per file, in parallel: the same files and paths as the documented command.
+    The files with the most evaluations start first (weekly.yml alone takes a third of the
+    time), so the last one to finish is a short one and neither core waits long for the other.
     """
     tests = [*RULE_TESTS, *sorted((ROOT / "alerts" / "tests").glob("*/*.yml"))]
     assert len(tests) >= 4
     assert BUDGET_TEST in tests
+    tests.sort(key=_evaluations, reverse=True)
 
     def run(test: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -141,6 +160,7 @@ def _check_loaded_together(files: list[Path], directory: Path) -> subprocess.Com
     )
 
 
+@pytest.mark.daemon
 def test_every_rule_file_of_the_alerts_glob_loads_with_the_others(tmp_path: Path) -> None:
     shipped = sorted((ROOT / "alerts").glob("*.rules.yml"))
     assert RULES_FILE in shipped
@@ -149,6 +169,7 @@ def test_every_rule_file_of_the_alerts_glob_loads_with_the_others(tmp_path: Path
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.daemon
 def test_loading_the_budget_fixture_beside_the_shipped_rules_is_a_duplicate(
     tmp_path: Path,
 ) -> None:
@@ -159,6 +180,7 @@ def test_loading_the_budget_fixture_beside_the_shipped_rules_is_a_duplicate(
     assert "job:jobqueue_up:max" in result.stdout + result.stderr
 
 
+@pytest.mark.daemon
 def test_budget_rendering_passes_promtool_lint() -> None:
     lint = _run(_promtool(), "check", "rules", "--lint=all", "--lint-fatal", str(BUDGET_RULES_FILE))
     assert lint.returncode == 0, lint.stdout + lint.stderr
@@ -185,6 +207,7 @@ def test_every_alert_has_a_firing_and_a_silent_case() -> None:
     assert everything - silent == set(), "alerts without a silent case"
 
 
+@pytest.mark.daemon
 def test_a_wrong_expectation_makes_promtool_fail(tmp_path: Path) -> None:
     """The harness sees promtool failures: a test expecting silence where an alert fires fails."""
     broken = tmp_path / "broken.yml"
@@ -330,6 +353,32 @@ def test_prometheusrule_namespace_is_optional() -> None:
     document = yaml.safe_load(render_prometheus_rule(AlertSettings(), "x", namespace="monitoring"))
     assert document["metadata"]["name"] == "x"
     assert document["metadata"]["namespace"] == "monitoring"
+
+
+def readme_alert_rows(readme: str) -> set[str]:
+    """The alert names of the README's alert table (``A / B`` rows share JobQueue)."""
+    section = readme.split("\n## Alerts\n", 1)[1].split("\n## ", 1)[0]
+    cells = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    return {
+        name if name.startswith("JobQueue") else "JobQueue" + name
+        for cell in cells
+        if cell.startswith("JobQueue")
+        for name in cell.split(" / ")
+    }
+
+
+def test_every_alert_has_a_row_in_the_readme_alert_table() -> None:
+    rows = readme_alert_rows((ROOT / "README.md").read_text())
+    assert rows == {r["alert"] for r in _alerts(BUDGET_SETTINGS)}
+
+
+def test_the_readme_alert_table_check_reads_shared_rows_and_misses_a_dropped_one() -> None:
+    readme = "# x\n\n## Alerts\n\n| alert | when |\n|---|---|\n| JobQueueA / B | x |\n| JobQueueC | y |\n\n## Next\n"
+    assert readme_alert_rows(readme) == {"JobQueueA", "JobQueueB", "JobQueueC"}
+    assert readme_alert_rows(readme.replace("| JobQueueC | y |\n", "")) == {
+        "JobQueueA",
+        "JobQueueB",
+    }
 
 
 def test_every_issue_alert_is_rendered_and_budget_only_when_configured() -> None:

@@ -60,6 +60,7 @@ async def scrape_until(
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.cluster
 async def test_database_down_then_up_then_down_again_is_reported_and_recovers(
     secret_cluster: tuple[Cluster, str, str], logs: tuple[RawRecords, io.StringIO]
 ) -> None:

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from exporter.demo.fleet import Fleet, FleetConfig
 from exporter.metrics import exposed_metric_names, render
 from exporter.model import ConfigStatus
 from tests.conftest import execute
 from tests.helpers import fast_settings, make_poller, parse, value, wait_for_completions
+
+pytestmark = pytest.mark.daemon
 
 PROMTOOL = "/usr/bin/promtool"
 

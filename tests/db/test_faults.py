@@ -48,7 +48,7 @@ from tests.helpers import (
 from tests.tcp_proxy import TcpProxy
 from tests.truth import assert_exact
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 DB = "queue"
@@ -228,9 +228,11 @@ def figure(name: str, seconds: float | int) -> None:
 
 # --- database safety --------------------------------------------------------------------------
 
-# The issue asks for a minute; 20 s shows the same thing (about 30 lock timeouts, 100 samples)
-# and keeps CI short. Raise LOCK_HOLD to 60 for the long proof.
-LOCK_HOLD = 20.0
+# The issue asks for a minute of lock. What the minute shows is the exporter over repeated lock
+# timeouts, so the hold is counted in collections that fail on the lock rather than in seconds
+# (each waits out the 0.5 s lock_timeout: twelve take about 8 s on a quiet machine, and the same
+# twelve on a loaded one). Raise LOCKED_COLLECTIONS to 90 for the minute.
+LOCKED_COLLECTIONS = 12
 
 
 async def test_access_exclusive_lock_counts_errors_never_exceeds_two_connections_and_recovers(
@@ -241,15 +243,18 @@ async def test_access_exclusive_lock_counts_errors_never_exceeds_two_connections
         poller = exporter.queues[0].poller
         await poller.wait_for_success()
         async with table_locked(env.admin):
-            locked_at = time.monotonic()
             figure("lock: detection (s)", await wait_until(lambda: not poller.health.up))
-            # /metrics and /healthz keep answering, once a second, for as long as the lock holds.
-            while time.monotonic() - locked_at < LOCK_HOLD:
+            sampled, first = len(sessions.samples), poller.generation
+            # /metrics and /healthz keep answering after every collection the lock fails.
+            while poller.generation - first < LOCKED_COLLECTIONS:
                 await assert_serving(exporter, up=0)
-                await asyncio.sleep(1.0)
+                await poller.wait_for_collections(poller.generation + 1)
             failed = poller.health.errors["lock"] + poller.health.errors["timeout"]
             assert poller.health.errors["lock"] >= 1
-            assert failed >= LOCK_HOLD / 2, poller.health.errors  # kept trying, ~1 per 0.5-0.7 s
+            assert failed > LOCKED_COLLECTIONS, poller.health.errors  # every one of them failed
+            # Sampled every 0.2 s through collections of at least 0.5 s each: the peak below
+            # covers the whole hold.
+            assert len(sessions.samples) - sampled >= LOCKED_COLLECTIONS
             await assert_serving(
                 exporter,
                 up=0,
@@ -262,7 +267,6 @@ async def test_access_exclusive_lock_counts_errors_never_exceeds_two_connections
         await poller.wait_for_success()
         figure("lock: recovery after release (s)", time.monotonic() - released_at)
         await assert_serving(exporter, up=1)
-    assert len(sessions.samples) >= LOCK_HOLD / 0.2 * 0.8
     figure("lock: peak exporter sessions", sessions.peak)
     assert 1 <= sessions.peak <= 2, sessions.samples
     env.assert_no_password_logged()
@@ -559,6 +563,7 @@ async def test_server_going_away_is_counted_as_a_connection_error(env: Env) -> N
     env.assert_no_password_logged()
 
 
+@pytest.mark.daemon
 async def test_sigterm_in_the_middle_of_a_collection_exits_quickly_and_closes_connections(
     env: Env, tmp_path: Path
 ) -> None:

@@ -476,6 +476,7 @@ async def test_workers_keep_their_jobs_through_an_outage_shorter_than_the_lease(
     )
 
 
+@pytest.mark.cluster
 async def test_demo_environment_serves_a_busy_queue_and_cleans_up_when_cancelled() -> None:
     started = asyncio.Event()
     seen: dict[str, object] = {}

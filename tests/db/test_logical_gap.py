@@ -137,6 +137,7 @@ def totals(runtime: QueueRuntime) -> dict[str, int]:
     }
 
 
+@pytest.mark.daemon
 async def test_the_slot_gauges_are_the_servers_figures(capped_db: LogicalDatabase) -> None:
     runtime = QueueRuntime(gap_queue(capped_db.dsn))
     slot = runtime.settings.collect.logical_slot

@@ -48,6 +48,7 @@ def served(queue: QueueSettings) -> Settings:
     return Settings(queues=(queue,), web=WebSettings(listen_address=("127.0.0.1:0",)))
 
 
+@pytest.mark.daemon
 async def test_hostile_text_job_types_are_escaped_cut_and_capped_through_metrics_and_page(
     db_dsn: str, tmp_path: Path
 ) -> None:

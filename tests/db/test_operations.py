@@ -26,8 +26,6 @@ from exporter.poller import Poller
 from tests.helpers import collect_until, cursor, fast_settings, make_poller, scrape, value
 from tests.truth import assert_dead_gauge_matches_table, assert_exact
 
-pytestmark = pytest.mark.slow
-
 RESULT = {"metrics": {"duration_ms": 250}}
 
 
@@ -105,6 +103,7 @@ async def two_phase_dsn(fresh_cluster: Cluster) -> str:
     return dsn
 
 
+@pytest.mark.cluster
 async def test_jobs_of_a_transaction_prepared_before_the_baseline_are_enqueues_not_requeues(
     two_phase_dsn: str,
 ) -> None:

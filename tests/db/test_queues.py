@@ -42,6 +42,7 @@ def gaps(times: list[float]) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+@pytest.mark.cluster
 async def test_a_broken_database_changes_only_its_own_queue(
     fresh_cluster: Cluster, second_cluster: Cluster
 ) -> None:

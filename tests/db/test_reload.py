@@ -240,6 +240,7 @@ async def test_a_bad_file_keeps_the_running_configuration_and_the_gauge_says_so(
     assert "web.telemetry_path" in failures[1]
 
 
+@pytest.mark.cluster
 async def test_a_rotated_password_file_reconnects_without_losing_counts_or_leaking_it(
     secret_cluster: tuple[Cluster, str, str], tmp_path: Path, started: Callable[..., Any]
 ) -> None:

@@ -17,8 +17,6 @@ from exporter.settings import Settings, WebSettings
 from tests.conftest import execute, fetchval
 from tests.helpers import fast_queue, parse
 
-pytestmark = pytest.mark.slow
-
 QUEUES = 20
 OURS = "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'jobqueue-exporter'"
 

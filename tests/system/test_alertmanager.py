@@ -20,6 +20,8 @@ import yaml
 from exporter.rules import BLINDING_ALERTS, alerting_rules
 from exporter.settings import AlertSettings
 
+pytestmark = pytest.mark.daemon
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "alerts" / "alertmanager.yml"
 

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
 
 def test_quick_benchmark_writes_every_figure(tmp_path: Path) -> None:

@@ -101,6 +101,7 @@ def test_config_check_good_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFi
     assert "cannot read" in capsys.readouterr().err
 
 
+@pytest.mark.daemon
 def test_config_check_in_a_real_process(tmp_path: Path) -> None:
     good, bad = write(tmp_path, GOOD), write(tmp_path, BAD, "bad.yml")
     ok = subprocess.run(
@@ -198,6 +199,7 @@ def _program(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
     )  # fmt: skip
 
 
+@pytest.mark.daemon
 def test_help_fits_the_readmes_150_lines_and_leaves_the_rule_flags_to_render_rules() -> None:
     run_help, rules_help = _program("--help"), _program("render-rules", "--help")
     assert (run_help.returncode, rules_help.returncode) == (0, 0)
@@ -212,6 +214,7 @@ def test_help_fits_the_readmes_150_lines_and_leaves_the_rule_flags_to_render_rul
     assert "--collect." not in rules_help.stdout
 
 
+@pytest.mark.daemon
 def test_a_misspelled_flag_exits_2_in_two_lines_with_a_suggestion() -> None:
     result = _program("--collect.intervall", "5s")
     assert result.returncode == 2
@@ -233,6 +236,7 @@ def test_a_misspelled_flag_exits_2_in_two_lines_with_a_suggestion() -> None:
     ],
 )
 @pytest.mark.parametrize("source", ["flag", "environment"])
+@pytest.mark.daemon
 def test_a_dsn_that_cannot_work_stops_the_start_naming_the_key_not_the_password(
     dsn: str, why: str, source: str
 ) -> None:
@@ -248,6 +252,7 @@ def test_a_dsn_that_cannot_work_stops_the_start_naming_the_key_not_the_password(
 
 
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])
+@pytest.mark.daemon
 def test_a_real_start_logs_the_version_then_one_line_per_queue(fmt: str) -> None:
     # Port 1 refuses at once: the exporter starts and serves; collection fails, logged later.
     dsn = f"postgresql://app:{PASSWORD}@127.0.0.1:1/orders"

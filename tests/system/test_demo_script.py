@@ -35,7 +35,7 @@ NOT_FOR_THE_DEMO = {
 }  # fmt: skip
 RUNTIME = {"aiohttp", "asyncpg", "prometheus-client", "pyyaml", "bcrypt"}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
 
 def listeners(port: int) -> set[str]:

@@ -41,7 +41,7 @@ from tests.e2e_stack import (
 )
 from tests.helpers import fast_settings
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.daemon, pytest.mark.cluster]
 
 PREVIEW_VARIABLE = "JOBQUEUE_EXPORTER_PREVIEW"
 # The fleet uses job types 1..5; these two are driven by the test alone, so every alert

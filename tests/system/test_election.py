@@ -37,7 +37,7 @@ from tests.system.exporters import (
     up,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon, pytest.mark.cluster]
 
 INTERVAL = 2.0
 

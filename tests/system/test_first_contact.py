@@ -15,6 +15,8 @@ from exporter.settings.table import TableMapping
 from tests.conftest import PgServer, execute
 from tests.mapped_queue import MAPPING_YAML, prepare_tasks
 
+pytestmark = pytest.mark.daemon
+
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "hunter2-S3cret"
 START_FLAGS = ("--web.listen-address=127.0.0.1:0", "--collect.interval=1s")

@@ -28,7 +28,7 @@ import yaml
 
 from exporter.demo.cluster import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.daemon]
 
 ROOT = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse"

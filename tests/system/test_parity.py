@@ -24,7 +24,7 @@ from tests.conftest import execute, fetch
 from tests.e2e_stack import processes, prometheus_query, start_prometheus, wait_ready
 from tests.helpers import cursor, fast_settings, wait_for_completions
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.daemon]
 
 # The queue's own reports, restricted to the rows changed since the exporter's baseline.
 QUEUE_SQL = """

@@ -13,11 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 import yaml
 
 from exporter.demo.cluster import free_port
 from tests.conftest import execute
 from tests.helpers import Samples, parse, value
+
+pytestmark = pytest.mark.daemon
 
 ROOT = Path(__file__).resolve().parents[2]
 OK = "jobqueue_exporter_config_last_reload_successful"

@@ -29,6 +29,8 @@ from exporter.settings import Settings, WebSettings
 from tests.helpers import fast_queue
 from tests.pages import RenderedPage, layout_of, with_layout_probe
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = "chromium"
 WIDTH, HEIGHT = 1360, 440
 NARROW = 760  # a laptop's half screen, where the diagnostics once pushed the counts out of view

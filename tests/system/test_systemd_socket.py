@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from exporter.cli import systemd_sockets
 
@@ -35,6 +36,7 @@ def test_the_sockets_are_only_taken_by_the_process_they_were_passed_to() -> None
     assert systemd_sockets({"LISTEN_PID": me, "LISTEN_FDS": "x"}) == ()
 
 
+@pytest.mark.daemon
 async def test_a_socket_passed_by_systemd_is_served(tmp_path: Path) -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))

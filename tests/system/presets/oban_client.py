@@ -22,6 +22,7 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
+from tests.needs import need
 from tests.system.presets.processes import PRESETS_DIR
 
 VERSION = "0.7.0"
@@ -37,6 +38,7 @@ TIMESTAMP_FIELDS = ("inserted_at", "attempted_at", "cancelled_at", "completed_at
 
 def require_oban() -> None:
     """Fail (never skip) when the unpacked Oban wheel is missing, saying how to get it."""
+    need("library", "the Oban wheel's query files (.presets/)")
     if not (QUERIES / "install.sql").is_file():
         pytest.fail(f"oban {VERSION} is not unpacked in {QUERIES.parents[1]}; "
                     "run: scripts/presets-install")  # fmt: skip

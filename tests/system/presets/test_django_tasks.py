@@ -23,7 +23,7 @@ from tests.system.presets.exported import RecordedPoller, as_counted, nonzero, o
 from tests.system.presets.processes import require
 from tests.system.presets.test_exporter import Samples, counters_of, counters_wanted
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 QUEUE = "django"
 
 

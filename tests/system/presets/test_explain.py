@@ -9,7 +9,7 @@ import pytest
 from tests.system.presets.explain import ROWS, Measurement
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 
 
 async def _procrastinate(dsn: str) -> Measurement:

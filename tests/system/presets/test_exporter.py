@@ -32,7 +32,7 @@ from tests.helpers import cursor, fast_queue, get, parse, wait_until
 from tests.system.presets.exported import as_counted
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library, pytest.mark.cluster]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 DEFAULT_JOBS = 5

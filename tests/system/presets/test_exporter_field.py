@@ -33,7 +33,7 @@ from tests.system.presets.test_exporter import (
     library_database,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 T = TypeVar("T")
 
 QUEUES = ("django", "media", "graphile")

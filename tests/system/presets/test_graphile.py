@@ -11,7 +11,7 @@ from exporter.vocabulary import ERROR
 from tests.system.presets.exported import Export, RecordedPoller, nonzero
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 # Locked for longer than this counts as stuck here; graphile's own takeover is after 4 h.
 STUCK_AFTER = 1.0
 OLD = 4.0  # seconds: far more than a window's reach back (one poll interval plus 1 s)

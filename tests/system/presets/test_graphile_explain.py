@@ -10,7 +10,7 @@ from tests.system.presets.explain import ROWS, _nodes
 from tests.system.presets.graphile_explain import DEAD
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 
 
 async def test_graphile_cycle_uses_indexes_on_a_million_rows(empty_dsn: str) -> None:

@@ -10,6 +10,8 @@ import pytest
 from tests.system.presets.exported import Export, RecordedPoller
 from tests.system.presets.test_late_commit import Enqueue, _pgqueuer, _procrastinate
 
+pytestmark = pytest.mark.library
+
 CAP = 3  # collect.max_held_jobs: fewer than the events written while the horizon is held
 
 

@@ -82,6 +82,7 @@ def test_hidden_sessions_are_refused() -> None:
         Horizon.from_row({"lower_bound": 1.0, "hidden": 2, "prepared": 0})
 
 
+@pytest.mark.library
 async def test_a_role_without_pg_read_all_stats_cannot_count(
     pg_cluster: PgServer, empty_dsn: str
 ) -> None:

@@ -11,7 +11,7 @@ from tests.system.presets.exported import RecordedPoller
 from tests.system.presets.processes import require
 from tests.system.presets.test_late_commit import _pgqueuer_enqueue, _procrastinate_defer
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 CAP = 2
 
 

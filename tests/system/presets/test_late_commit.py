@@ -11,6 +11,8 @@ from exporter.counting.eventlog import EventLogReader
 from tests.system.presets.exported import RecordedPoller
 from tests.system.presets.processes import require, run_node
 
+pytestmark = pytest.mark.library
+
 Enqueue = Callable[[asyncpg.Connection, str], Awaitable[None]]
 
 

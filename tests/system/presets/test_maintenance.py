@@ -24,7 +24,7 @@ from exporter.demo.cluster import Cluster
 from tests.system.presets.exported import RecordedPoller
 from tests.system.presets.processes import Worker, require, shown_on_failure, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library, pytest.mark.cluster]
 
 INTERVAL = 0.5
 JOBS = 10

@@ -13,7 +13,7 @@ from tests.system.presets.exported import RecordedPoller, assert_histograms, non
 from tests.system.presets.oban_client import Ack, ObanClient, insert_on, load, require_oban
 from tests.system.presets.statediff_contract import assert_keeps_the_contract
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from exporter.profiles.pgqueuer import HEARTBEAT_REASON
 from tests.system.presets.exported import RecordedPoller, as_counted, nonzero, observed
 from tests.system.presets.processes import require
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.library]
 
 
 @pytest.fixture
