@@ -112,6 +112,7 @@ def test_compose_depends_on_names_existing_services() -> None:
             assert dependency != name
 
 
+@pytest.mark.daemon
 def test_compose_fleet_command_is_a_runnable_module() -> None:
     fleet = compose()["services"]["fleet"]
     entrypoint, command = fleet["entrypoint"], fleet["command"]
@@ -179,6 +180,7 @@ async def test_the_fleet_healthcheck_passes_only_while_jobs_move(db_dsn: str) ->
         await conn.close()
 
 
+@pytest.mark.daemon
 def test_the_fleet_healthcheck_fails_without_echoing_the_password() -> None:
     # The real command line, as compose runs it, with a database nothing listens for.
     unreachable = "postgresql://postgres:fleet-secret@127.0.0.1:1/jobqueue"

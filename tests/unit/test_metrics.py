@@ -6,7 +6,15 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter import __version__
 from exporter.metrics import BY_NAME, DEFINITIONS, exposed_metric_names, reference_table, render
-from exporter.model import ConfigStatus, Coverage, Health, HeldJobs, QueueView, SlotHealth
+from exporter.model import (
+    ConfigStatus,
+    Coverage,
+    Health,
+    HeldJobs,
+    QueueView,
+    SlotHealth,
+    StreamHealth,
+)
 from exporter.vocabulary import COLLECTION_ERROR_REASONS, FAILURE_REASONS, REQUIRED_INDEXES
 from tests.unit.factories import view
 
@@ -175,7 +183,8 @@ def test_every_defined_metric_is_rendered_from_a_view_with_every_part() -> None:
     slot = SlotHealth(
         lag_bytes=1, retained_bytes=2, wal_status="extended", safe_wal_bytes=3, gaps=1
     )
-    full = view(slot=slot, coverage=Coverage(withheld=frozenset()))
+    stream = StreamHealth(restarts={"lost": 1}, confirm_timeouts=1)
+    full = view(slot=slot, stream=stream, coverage=Coverage(withheld=frozenset()))
     text = render([full], process_metrics=False, config=ConfigStatus()).decode()
     rendered = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     assert exposed_metric_names() - rendered == set()

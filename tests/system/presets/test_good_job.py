@@ -32,7 +32,7 @@ from tests.system.presets.good_job_client import (
 )
 from tests.system.presets.statediff_contract import assert_keeps_the_contract
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.library, pytest.mark.slow]
 
 
 @pytest.fixture
