@@ -449,7 +449,19 @@ async def test_a_standby_resumes_at_what_the_leaders_scrapes_carried(
             await asyncio.sleep(0.1)
         await enqueue(5)
         await until(lambda: enqueued(leader) == 5)
-        scraped = parse((await Exposition(leader.board).body())["identity"].decode())
+        # The tally is counted before the cycle publishes it: scrape until the scrape has it.
+        deadline = time.monotonic() + 30
+        while True:
+            scraped = parse((await Exposition(leader.board).body())["identity"].decode())
+            if (
+                scraped.get(
+                    ("jobqueue_jobs_enqueued_total", (("job_type", "1"), ("queue", queue.name)))
+                )
+                == 5
+            ):
+                break
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
         await enqueue(3)  # counted by the leader, never scraped from it
         await until(lambda: enqueued(leader) == 8)
         await leader.stop()
