@@ -6,7 +6,8 @@ section in its docstring), with Rails' transaction boundaries (``transaction do`
 COMMIT; ``create_or_find_by!``: a SAVEPOINT), its clocks (``create!``, ``touch``: the Ruby
 process's clock, bound; ``insert_all``: CURRENT_TIMESTAMP) and a session in TimeZone UTC, as
 the Rails adapter sets it. One :class:`Process` is one Rails process on its own connection,
-with its own clock: ``skew`` seconds off the database's.
+with its own clock: ``skew`` seconds off the database's, and its app's
+``preserve_finished_jobs`` (on by default, as in Solid Queue; off, a finish deletes the job).
 """
 
 from __future__ import annotations
@@ -51,16 +52,22 @@ class Enqueued:
 class Process:
     """One Rails process (an app server, a worker, the dispatcher, the supervisor)."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[dict[str, Any]], skew: float = 0.0) -> None:
+    def __init__(
+        self, conn: psycopg.AsyncConnection[dict[str, Any]], skew: float = 0.0,
+        preserve: bool = True,
+    ) -> None:  # fmt: skip
         self.conn = conn
         self.skew = skew
+        # SolidQueue.preserve_finished_jobs: a setting of the Rails app, which the tables do
+        # not record; every process of one app shares it.
+        self.preserve = preserve
         self.id: int | None = None  # its solid_queue_processes row, once registered
 
     @classmethod
-    async def connect(cls, dsn: str, skew: float = 0.0) -> Process:
+    async def connect(cls, dsn: str, skew: float = 0.0, preserve: bool = True) -> Process:
         conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
         await conn.execute("SET TimeZone TO 'UTC'")
-        return cls(conn, skew)
+        return cls(conn, skew, preserve)
 
     async def close(self) -> None:
         await self.conn.close()
@@ -196,15 +203,20 @@ class Process:
 
     # --- 3. Finish, 4. Fail -----------------------------------------------------------------
     async def finish(self, claimed: dict[str, Any]) -> bool:
-        """ClaimedExecution#finished -> Job#finished! (preserve_finished_jobs on)."""
+        """ClaimedExecution#finished -> Job#finished!, then the claimed row's destroy!, in
+        finalize's transaction: with preserve_finished_jobs on, touch(:finished_at); off,
+        the job's destroy! (:meth:`_destroy_job`)."""
         async with self.conn.transaction():
             if not await self._lock_claimed(claimed["claimed_id"]):
                 return False  # already finalized by someone else (pruned)
-            now = self.now()
-            await self.conn.execute(
-                'UPDATE "solid_queue_jobs" SET "finished_at" = %s, "updated_at" = %s '
-                'WHERE "solid_queue_jobs"."id" = %s', (now, now, claimed["job_id"]),
-            )  # fmt: skip
+            if self.preserve:
+                now = self.now()
+                await self.conn.execute(
+                    'UPDATE "solid_queue_jobs" SET "finished_at" = %s, "updated_at" = %s '
+                    'WHERE "solid_queue_jobs"."id" = %s', (now, now, claimed["job_id"]),
+                )  # fmt: skip
+            else:
+                await self._destroy_job(claimed)
             await self._delete_claimed(claimed["claimed_id"])
         if claimed.get("concurrency_key"):
             await self._unblock(str(claimed["concurrency_key"]))
@@ -224,6 +236,22 @@ class Process:
                 )  # fmt: skip
             await self._delete_claimed(claimed["claimed_id"])
         return True
+
+    async def _destroy_job(self, claimed: dict[str, Any]) -> None:
+        """Job#destroy! (preserve_finished_jobs off). Solid Queue 1.5's has_one executions
+        carry no ``dependent:``: the foreign keys' ON DELETE CASCADE take the claimed row with
+        the job, so the claimed row's own destroy! after it deletes nothing. Its one
+        before_destroy (ConcurrencyControls: unblock the next job if a limited job is still
+        ready) first asks ``ready?`` of a limited job; a claimed job is not ready."""
+        if claimed.get("concurrency_key"):
+            await self._one(
+                'SELECT "solid_queue_ready_executions".* FROM "solid_queue_ready_executions" '
+                'WHERE "solid_queue_ready_executions"."job_id" = %s LIMIT 1', claimed["job_id"],
+            )  # fmt: skip
+        await self.conn.execute(
+            'DELETE FROM "solid_queue_jobs" WHERE "solid_queue_jobs"."id" = %s',
+            (claimed["job_id"],),
+        )
 
     async def _lock_claimed(self, claimed_id: int) -> bool:
         found = await self._one(

@@ -7,6 +7,10 @@ app's Active Job code would (``retry_on``, ``discard_on``, an unhandled error), 
 that log is the truth the exporter's counters are compared with. Before it is trusted, every
 job it names must be where the log says in the tables (:func:`check_agreement`), and the
 tables must keep Solid Queue's own invariants (a retry_on row follows a finished row).
+
+``Log(preserved=False)`` runs the same workload as an app with ``preserve_finished_jobs`` off:
+every Rails process the harness starts deletes a job as it finishes, so the log says such a
+job is gone, and no job keeps more than one row.
 """
 
 from __future__ import annotations
@@ -41,12 +45,20 @@ class Log:
     job should be now."""
 
     live: bool = False
+    # SolidQueue.preserve_finished_jobs of the app whose processes the harness starts (on:
+    # Solid Queue's default). Off, a finished job's row is deleted: the log says "gone".
+    preserved: bool = True
     counters: dict[str, Counter[Any]] = field(
         default_factory=lambda: {name: Counter() for name in COUNTERS}
     )
     where: dict[int, str] = field(default_factory=dict)  # job id -> finished, failed, ...
     completed_ids: set[int] = field(default_factory=set)  # completions since the baseline
     cleared: set[int] = field(default_factory=set)  # finished two days ago: the clean-up's
+
+    @property
+    def finished(self) -> str:
+        """Where a finished job is: its row, or nowhere when its finish deleted it."""
+        return "finished" if self.preserved else "gone"
 
     def note(self, event: str, class_name: str, job_id: int, where: str, reason: str = "") -> None:
         """One transition: count it (when live) and say where its job is now."""
@@ -68,6 +80,7 @@ class Log:
 
 async def perform(rails: RailsProcess, job: dict[str, Any], log: Log, fixed: bool = True) -> None:
     """Run one claimed job to its end as Active Job would, and log what it left."""
+    assert rails.preserve == log.preserved, "one app: its processes share the setting"
     name, job_id = job["class_name"], int(job["job_id"])
     executions = json.loads(job["arguments"])["executions"]
     if name in ("FlakyJob", "BadJob") and executions == 0:
@@ -76,12 +89,12 @@ async def perform(rails: RailsProcess, job: dict[str, Any], log: Log, fixed: boo
                                     delay=RETRY_WAIT)  # fmt: skip
         log.note("retry_on", name, again.id, again.where)
         assert await rails.finish(job)
-        log.note("superseded", name, job_id, "finished")
+        log.note("superseded", name, job_id, log.finished)
     elif name in ("BadJob", "CrashJob") or (name == "FixedJob" and not fixed):
         if await rails.fail(job, "RuntimeError", f"{name} failed"):
             log.note("failed", name, job_id, "failed", "error")
     elif await rails.finish(job):  # a success, or discard_on (stored exactly alike)
-        log.note("completed", name, job_id, "finished")
+        log.note("completed", name, job_id, log.finished)
 
 
 async def work(rails: RailsProcess, log: Log, stop: asyncio.Event, queue: str = "default") -> None:
@@ -124,15 +137,16 @@ async def history(dsn: str, log: Log) -> History:
     whose clock says so, for the clean-up), failed, left pending (ready, blocked) and
     scheduled jobs, and a retry_on row waiting for its turn."""
     out = History()
-    old = await RailsProcess.connect(dsn, skew=-2 * 86400.0)
-    app = await RailsProcess.connect(dsn)
+    old = await RailsProcess.connect(dsn, skew=-2 * 86400.0, preserve=log.preserved)
+    app = await RailsProcess.connect(dsn, preserve=log.preserved)
     try:
         await old.register("Worker")
         for _ in range(6):
             await old.enqueue("OkJob")
         for job in await old.claim("default", 10):
             await perform(old, job, log)
-            log.cleared.add(int(job["job_id"]))
+            if log.preserved:  # else its finish deleted it: nothing is left to clear
+                log.cleared.add(int(job["job_id"]))
         await app.register("Worker")
         for name in ("OkJob", "OkJob", "CrashJob", "CrashJob", "FixedJob", "FixedJob", "FlakyJob"):
             await app.enqueue(name)
@@ -163,10 +177,11 @@ async def run_workload(
     that dies holding two jobs (pruned), one stopped gracefully, and an operator's acts."""
     log.live = True
     stop = asyncio.Event()
-    procs = [await RailsProcess.connect(dsn, s) for s in SKEWS["workers"]]
-    dispatcher = await RailsProcess.connect(dsn, SKEWS["dispatcher"])
+    kept = log.preserved
+    procs = [await RailsProcess.connect(dsn, s, kept) for s in SKEWS["workers"]]
+    dispatcher = await RailsProcess.connect(dsn, SKEWS["dispatcher"], kept)
     cleaner, app, held, operator, doomed, graceful = [
-        await RailsProcess.connect(dsn, SKEWS["enqueuer"]) for _ in range(6)
+        await RailsProcess.connect(dsn, SKEWS["enqueuer"], kept) for _ in range(6)
     ]
     everyone = [*procs, dispatcher, cleaner, app, held, operator, doomed, graceful]
     try:
@@ -289,7 +304,9 @@ async def table_states(dsn: str) -> dict[int, dict[str, Any]]:
 def check_agreement(log: Log, tables: dict[int, dict[str, Any]]) -> None:
     """The log, Solid Queue's design and the tables agree, or the truth is not trusted: every
     job the log names is where it says (the clean-up took the ones finished two days ago),
-    and every row with executions > 0 follows a finished row of the same job (retry_on)."""
+    and every row with executions > 0 follows a finished row of the same job (retry_on).
+    With preserve_finished_jobs off no row is finished and a job has one row at most: the
+    retry_on row's forerunner was deleted when it finished."""
     for job_id, where in log.where.items():
         found = tables.get(job_id, {}).get("place", "gone")
         expected = "gone" if job_id in log.cleared else where
@@ -297,6 +314,11 @@ def check_agreement(log: Log, tables: dict[int, dict[str, Any]]) -> None:
     by_job: dict[str, list[dict[str, Any]]] = {}
     for row in sorted(tables.values(), key=lambda r: r["id"]):
         by_job.setdefault(row["active_job_id"], []).append(row)
+    if not log.preserved:
+        for rows in by_job.values():
+            assert len(rows) == 1, rows
+            assert rows[0]["place"] != "finished", rows
+        return
     for rows in by_job.values():
         for earlier, later in itertools.pairwise(rows):
             assert later["executions"] == earlier["executions"] + 1, rows
@@ -304,7 +326,8 @@ def check_agreement(log: Log, tables: dict[int, dict[str, Any]]) -> None:
 
 
 def gauges_of(tables: dict[int, dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """The gauges the tables say, per class: pending, running, scheduled, held."""
+    """The gauges the tables say, per class: pending, running, scheduled, held. A finished job
+    counts in none, whether its row is kept (preserved) or deleted (not)."""
     out: dict[str, Counter[str]] = {}
     for row in tables.values():
         g = out.setdefault(row["class_name"], Counter())
