@@ -8,8 +8,8 @@ attempts) as the identity, and a publication of the columns the exporter reads).
 messages are captured with ``pg_logical_slot_peek_binary_changes`` (pgoutput, proto_version 1,
 as the stream asks for them) and replayed through the stream's own folder and the default
 profile's fold, best of ``--runs``, in process CPU time: no psycopg2, no network, so the figure
-is the exporter's Python work alone (psycopg2 adds about 2 µs per message, 12 per job,
-measured in /work/shared/research/logical-cost.md). It checks that every replay counts what the
+is the exporter's Python work alone (psycopg2 adds about 2 µs per message, 12 per job:
+bench/RESULTS.md, "Counting from the change stream"). It checks that every replay counts what the
 script did.
 """
 

@@ -86,8 +86,8 @@ UPDATED_AT_INDEX = "job_exporter_updated_at_idx"
 DEAD_INDEX = "job_exporter_dead_idx"
 REQUIRED_INDEXES = (ACTIVE_INDEX, UPDATED_AT_INDEX, DEAD_INDEX)
 
-# What a queue's table looks like (the queue.profile setting): the default schema of
-# ../shared/reference/, or a preset for a library's own tables (exporter/profiles/PRESETS).
+# What a queue's table looks like (the queue.profile setting): the default schema
+# (exporter/sql/schema.sql), or a preset for a library's own tables (exporter/profiles/PRESETS).
 DEFAULT_PROFILE = "default"
 PRESET_PROFILES = (
     "procrastinate", "pgqueuer", "pgboss", "django-tasks", "oban", "graphile-worker",
