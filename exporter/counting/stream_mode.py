@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Self
 
 from exporter.counting.snapshot import DeadLetter, gauges
 from exporter.counting.statuses import stats_notices, unmapped_notices
@@ -28,7 +27,7 @@ from exporter.model import (
     Row,
     Tallies,
 )
-from exporter.model.row_changes import Batch
+from exporter.model.row_changes import Batch, FedByStream
 from exporter.settings.table import TableMapping
 
 HORIZON = "SELECT now() AS now"  # no horizon to find: the stream is ordered by commit
@@ -39,7 +38,7 @@ TRUNCATE_MESSAGE = (
 
 
 @dataclass
-class LogicalMode:
+class LogicalMode(FedByStream):
     """Counts committed changes as they are handed over; each cycle reads the gauges."""
 
     sql: Mapping[str, str]
@@ -60,21 +59,6 @@ class LogicalMode:
     _truncates_seen: int = 0
     _stats_values: list[str] = field(default_factory=list)
     _stats_named: set[str] = field(default_factory=set)
-
-    @property
-    def tracked(self) -> None:
-        """No job's state is kept: every change carries its old row."""
-        return None
-
-    @property
-    def held(self) -> None:
-        """No finished job is held: a long transaction arrives whole at its commit."""
-        return None
-
-    @property
-    def stream(self) -> Self:
-        """Fed by the change stream's follower."""
-        return self
 
     def fold(self) -> StreamFold:
         """The rules the stream's thread counts each change with."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, Self
 
 from exporter.model.change_tally import ChangeTally
 
@@ -94,3 +94,23 @@ class StreamCounting(Protocol):
         """The end of the last counted commit (0: none yet): a /metrics response carries the
         counts up to it, and the slot is confirmed there."""
         ...
+
+
+class FedByStream:
+    """What a counting mode fed by the change stream says of itself to the poller: it keeps no
+    job's state and holds no finished job, and it is its own stream side."""
+
+    @property
+    def tracked(self) -> None:
+        """No job's state is kept: every change carries its old row."""
+        return None
+
+    @property
+    def held(self) -> None:
+        """No finished job is held: a long transaction arrives whole at its commit."""
+        return None
+
+    @property
+    def stream(self) -> Self:
+        """Fed by the change stream's follower."""
+        return self

@@ -13,7 +13,6 @@ transaction handed over before it. No I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Self
 
 from exporter.counting.reader import LedgerReader
 from exporter.counting.stream_counter import credit
@@ -29,13 +28,13 @@ from exporter.model import (
     Row,
     Tallies,
 )
-from exporter.model.row_changes import Batch, ChangeFold
+from exporter.model.row_changes import Batch, ChangeFold, FedByStream
 from exporter.profiles.base import ChangeRules
 from exporter.profiles.mapping import snapshot_of
 
 
 @dataclass
-class StreamedMode:
+class StreamedMode(FedByStream):
     """A preset's gauges from its reader, its counts from its change rules."""
 
     reader: LedgerReader  # counts into a ledger nothing exports: only its gauges are used
@@ -51,21 +50,6 @@ class StreamedMode:
     _truncates_seen: int = 0
     _taken: int = 0  # changes counted since the last cycle's report
     _unmapped: list[tuple[str, str | None]] = field(default_factory=list)  # no status: unused
-
-    @property
-    def tracked(self) -> None:
-        """No job's state is kept: every change carries its old row."""
-        return None
-
-    @property
-    def held(self) -> None:
-        """No finished job is held: a long transaction arrives whole at its commit."""
-        return None
-
-    @property
-    def stream(self) -> Self:
-        """Fed by the change stream's follower."""
-        return self
 
     def fold(self) -> ChangeFold:
         """The rules the stream's thread folds each change with."""
