@@ -13,11 +13,10 @@ from __future__ import annotations
 import importlib
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from exporter.model import Figures
 from exporter.vocabulary import COST_AI, COST_OTHER, COST_PROXY, DEADLINE, ERROR
@@ -85,25 +84,41 @@ def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
     """Read duration and cost out of a result document; never raises."""
     if text is None:
         return _NOTHING
+    if _FAST_LOADS is not None:
+        try:
+            figures = _figures(_FAST_LOADS(text), paths)
+        except ValueError:
+            pass  # what orjson refuses (NaN, say), the standard library judges
+        else:
+            # An integer literal beyond 64 bits is a float to orjson, and an int to the
+            # standard library, which _number_at refuses: a figure that large is read again.
+            # (Any smaller integer is an int to both, and a float literal the same float.)
+            if not any(isinstance(f, float) and f >= _OVERFLOW for f in figures):
+                return _outcome(*figures) if len(figures) == 4 else _not_an_object(paths)
     try:
-        document = _loads(text)
+        figures = _figures(json.loads(text), paths)
     except (ValueError, RecursionError):
         return _not_an_object(paths)
+    return _outcome(*figures) if len(figures) == 4 else _not_an_object(paths)
+
+
+_OVERFLOW = 2.0**63
+_ABSENT_ALL = (Missing.ABSENT,) * 4
+
+
+def _figures(document: object, paths: ResultPaths) -> tuple[float | Missing, ...]:
+    """The four figures of a parsed document (all absent for a JSON null); () when it is not
+    an object."""
     if document is None:
-        return _NOTHING
+        return _ABSENT_ALL
     if not isinstance(document, dict):
-        return _not_an_object(paths)
-    return _outcome({
-        "duration_ms": _number_at(document, paths.duration_ms),
-        "ai_usd": _number_at(document, paths.ai_usd),
-        "proxy_usd": _number_at(document, paths.proxy_usd),
-        "total_usd": _number_at(document, paths.total_usd),
-    })  # fmt: skip
-
-
-# A 16-digit run may be an integer beyond float precision, which orjson would read as a float
-# where the standard library keeps the int that _number_at refuses.
-_LONG_NUMBER = re.compile(r"\d{16}")
+        return ()
+    return (
+        _number_at(document, paths.duration_ms),
+        _number_at(document, paths.ai_usd),
+        _number_at(document, paths.proxy_usd),
+        _number_at(document, paths.total_usd),
+    )
 
 
 def _fast_loads() -> Callable[[str], object] | None:
@@ -121,28 +136,20 @@ def _fast_loads() -> Callable[[str], object] | None:
 _FAST_LOADS = _fast_loads()
 
 
-def _loads(text: str) -> object:
-    """json.loads, through orjson where it reads the text alike (what orjson refuses, such as
-    NaN, the standard library judges)."""
-    if _FAST_LOADS is not None and not _LONG_NUMBER.search(text):
-        try:
-            return _FAST_LOADS(text)
-        except ValueError:
-            pass
-    return json.loads(text)
-
-
 def decode_figures(figures: Figures, paths: ResultPaths = REFERENCE_PATHS) -> Outcome:
     """The same as decode_result, from the values SQL already pulled out; never raises."""
     if figures.kind is None or figures.kind == "null":
         return _NOTHING
     if figures.kind != "object":
         return _not_an_object(paths)
-    found: dict[str, float | Missing] = {}
-    for name in FIELDS:
-        read = getattr(paths, name) is not None
-        found[name] = _number_of(getattr(figures, name)) if read else Missing.ABSENT
-    return _outcome(found)
+    return _outcome(
+        *(
+            _number_of(getattr(figures, name))
+            if getattr(paths, name) is not None
+            else Missing.ABSENT
+            for name in FIELDS
+        )
+    )
 
 
 def _not_an_object(paths: ResultPaths) -> Outcome:
@@ -173,44 +180,49 @@ def _number_of(text: str | None) -> float | Missing:
     return value
 
 
-def _outcome(found: dict[str, float | Missing]) -> Outcome:
-    malformed: list[str] = []
-    values: dict[str, float] = {}
-    for name in FIELDS:
-        value = found[name]
-        if value is Missing.MALFORMED:
-            malformed.append(name)
-        elif not isinstance(value, Missing):
-            values[name] = value
+Figure = float | Missing
+
+
+def _outcome(duration_ms: Figure, ai: Figure, proxy: Figure, total: Figure) -> Outcome:
+    """The outcome of the four figures (FIELDS' order), built straight: once per completion."""
+    figures = (duration_ms, ai, proxy, total)
+    malformed: tuple[str, ...] = ()
+    if Missing.MALFORMED in figures:
+        malformed = tuple(n for n, f in zip(FIELDS, figures, strict=True) if f is Missing.MALFORMED)
     cost: dict[str, float] = {}
-    if "ai_usd" in values:
-        cost[COST_AI] = values["ai_usd"]
-    if "proxy_usd" in values:
-        cost[COST_PROXY] = values["proxy_usd"]
-    if "total_usd" in values:
+    if type(ai) is float:
+        cost[COST_AI] = ai
+    if type(proxy) is float:
+        cost[COST_PROXY] = proxy
+    if type(total) is float:
         # A component that is malformed, absent or not read counts as 0 here, so sum() over
         # components still gives the total.
-        other = values["total_usd"] - cost.get(COST_AI, 0.0) - cost.get(COST_PROXY, 0.0)
+        other = total - cost.get(COST_AI, 0.0) - cost.get(COST_PROXY, 0.0)
         if other > 0:
             cost[COST_OTHER] = other
-    duration = values["duration_ms"] / 1000.0 if "duration_ms" in values else None
-    return Outcome(duration, cost, tuple(malformed))
+    duration = duration_ms / 1000.0 if type(duration_ms) is float else None
+    return Outcome(duration, cost, malformed)
 
 
 def _number_at(document: dict[str, object], path: JsonPath) -> float | Missing:
     if path is None:
         return Missing.ABSENT
-    node: object = document
-    for key in path:
-        if not isinstance(node, dict) or key not in node:
-            return Missing.ABSENT
-        node = node[key]
-    if node is None:
+    node: Any = document
+    try:
+        for key in path:
+            node = node[key]
+    except (KeyError, TypeError):  # a key missing, or a value on the way that is no object
         return Missing.ABSENT
-    # bool is an int in Python, but true is not a cost.
-    if isinstance(node, bool) or not isinstance(node, int | float):
+    kind = type(node)  # bool is an int in Python, but true is not a cost
+    value: float
+    if kind is float:
+        value = node
+    elif kind is int:
+        value = float(node) if abs(node) < 2**53 else math.inf
+    elif node is None:
+        return Missing.ABSENT
+    else:
         return Missing.MALFORMED
-    value = float(node) if not isinstance(node, int) or abs(node) < 2**53 else math.inf
     if not math.isfinite(value) or value < 0:
         return Missing.MALFORMED
     return value

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import cast
 
 from exporter.db.pgoutput import (
     UNCHANGED,
@@ -72,6 +71,7 @@ class _Layout:
     old: tuple[str | None, ...]  # the same, of those read from an UPDATE's old row
     keys: tuple[str | None, ...]  # the same, of the identity's columns only (a 'K' old row)
     status: int | None  # the status column's position (None: the relation does not send it)
+    kept: int  # how many columns ``names`` keeps
 
 
 class Outlet:
@@ -218,7 +218,8 @@ class TransactionFolder:
         keys = tuple(c if c in read_old else None for c in keys)
         columns = message.columns
         status = columns.index(self.fold.status) if self.fold.status in columns else None
-        self._layouts[message.oid] = _Layout(names, old, keys, status)
+        kept = len(names) - names.count(None)
+        self._layouts[message.oid] = _Layout(names, old, keys, status, kept)
 
     def _change(self, kind: int, data: bytes, layout: _Layout) -> None:
         if kind == _INSERT:
@@ -226,7 +227,7 @@ class TransactionFolder:
                 raise PgoutputError("an Insert without its new tuple")
             new, end = read_row(data, 6, layout.names)
             _done(data, end)
-            self._add(RowChange(INSERT, new=_text(new)))
+            self._add(RowChange(INSERT, new=new))
         elif kind == _UPDATE:
             self._update(data, layout)
         else:
@@ -235,12 +236,12 @@ class TransactionFolder:
                 raise PgoutputError("a Delete without its old tuple")
             old, end = read_row(data, 6, layout.names if marker == _OLD else layout.keys)
             _done(data, end)
-            self._add(RowChange(DELETE, old=_text(old)))
+            self._add(RowChange(DELETE, old=old))
 
     def _update(self, data: bytes, layout: _Layout) -> None:
         marker = data[5] if len(data) > 5 else -1
         status = self.fold.status
-        old: dict[str, Value] | None = None
+        old: dict[str, str | None] | None = None
         if marker in _OLD_ROWS:
             old, new_at = read_row(data, 6, layout.old if marker == _OLD else layout.keys)
             if new_at >= len(data) or data[new_at] != _NEW:
@@ -266,14 +267,12 @@ class TransactionFolder:
             return
         new, end = read_row(data, new_at, layout.names)
         _done(data, end)
-        if marker == _OLD and UNCHANGED in new.values():
-            # An unchanged TOASTed value is sent as a marker; the whole old row (FULL) has it,
-            # so read it whole this once (the old row read so far holds only old_columns).
-            whole = read_row(data, 6, layout.names)[0]
-            for column, value in new.items():
-                if value is UNCHANGED:
-                    new[column] = whole.get(column, UNCHANGED)
-        self._add(RowChange(UPDATE, old=None if old is None else _text(old), new=_text(new)))
+        if marker == _OLD and len(new) < layout.kept:
+            # An unchanged TOASTed value is sent as a marker, and left out; the whole old row
+            # (FULL) has it, so read it whole this once (the old row read so far holds only
+            # old_columns).
+            new = {**read_row(data, 6, layout.names)[0], **new}
+        self._add(RowChange(UPDATE, old=old, new=new))
 
     def _commit_time(self) -> float:
         if self._at is None:
@@ -291,14 +290,6 @@ class TransactionFolder:
             for kept in self._changes:
                 self.fold.count(kept, at, self._spilled)
             self._changes = []
-
-
-def _text(row: dict[str, Value]) -> dict[str, str | None]:
-    """A decoded row without its unchanged-TOAST markers (those values are unknown)."""
-    if UNCHANGED in row.values():
-        for column in [c for c, v in row.items() if v is UNCHANGED]:
-            del row[column]
-    return cast(dict[str, str | None], row)
 
 
 def _done(data: bytes, end: int) -> None:

@@ -333,15 +333,16 @@ def read_row(
     at: int,
     names: tuple[str | None, ...],
     _size: Callable[[bytes, int], tuple[int, ...]] = _SIZE.unpack_from,
-) -> tuple[dict[str, Value], int]:
+) -> tuple[dict[str, str | None], int]:
     """The TupleData at ``at``: the values of the columns ``names`` names, by position (None
-    steps over a column without decoding it), and the offset after it. The tuple must have a
-    value for each name: a relation and a row that disagree are refused."""
+    steps over a column without decoding it), and the offset after it. An unchanged TOASTed
+    value is left out (unknown, which is not NULL). The tuple must have a value for each name:
+    a relation and a row that disagree are refused."""
     try:
         if _COUNT.unpack_from(data, at)[0] != len(names):
             raise PgoutputError("a tuple whose columns are not its relation's")
         at += 2
-        row: dict[str, Value] = {}
+        row: dict[str, str | None] = {}
         for name in names:
             kind = data[at]
             if kind == 116:
@@ -355,8 +356,6 @@ def read_row(
                     row[name] = None
             elif kind == 117:
                 at += 1
-                if name is not None:
-                    row[name] = UNCHANGED
             else:
                 raise PgoutputError(f"unknown column kind {bytes([kind])!r} in a tuple")
     except (struct.error, IndexError):

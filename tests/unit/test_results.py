@@ -239,6 +239,13 @@ def test_a_string_holding_a_number_is_malformed_either_way() -> None:
     "text",
     [
         '{"metrics": {"duration_ms": 12345678901234567890, "cost": {"ai_usd": 1}}}',
+        # Beyond 64 bits: a float to orjson, an int to the standard library (malformed).
+        '{"metrics": {"duration_ms": 18446744073709551616, "cost": {"ai_usd": 1}}}',
+        '{"metrics": {"duration_ms": 1, "cost": {"total_usd": 123456789012345678901234567}}}',
+        '{"metrics": {"duration_ms": 1e300, "cost": {"ai_usd": 1.5e19}}}',
+        '{"note": 123456789012345678901234567, "metrics": {"duration_ms": 2}}',
+        "null",
+        '"text"',
         '{"metrics": {"duration_ms": 1500, "cost": {"ai_usd": 0.25, "total_usd": 1e2}}}',
         '{"metrics": {"duration_ms": NaN}}',
         "[1, 2]",
