@@ -75,6 +75,9 @@ class Missing(Enum):
     MALFORMED = "malformed"
 
 
+# A figure read from a document: a number, or why there is none.
+Figure = float | Missing
+
 FIELDS = ("duration_ms", "ai_usd", "proxy_usd", "total_usd")
 REFERENCE_PATHS = ResultPaths()
 _NOTHING = Outcome(None, {}, ())
@@ -84,29 +87,36 @@ def decode_result(text: str | None, paths: ResultPaths) -> Outcome:
     """Read duration and cost out of a result document; never raises."""
     if text is None:
         return _NOTHING
-    if _FAST_LOADS is not None:
+    figures = _fast_figures(text, paths)
+    if figures is None:
         try:
-            figures = _figures(_FAST_LOADS(text), paths)
-        except ValueError:
-            pass  # what orjson refuses (NaN, say), the standard library judges
-        else:
-            # An integer literal beyond 64 bits is a float to orjson, and an int to the
-            # standard library, which _number_at refuses: a figure that large is read again.
-            # (Any smaller integer is an int to both, and a float literal the same float.)
-            if not any(isinstance(f, float) and f >= _OVERFLOW for f in figures):
-                return _outcome(*figures) if len(figures) == 4 else _not_an_object(paths)
+            figures = _figures(json.loads(text), paths)
+        except (ValueError, RecursionError):
+            return _not_an_object(paths)
+    return _outcome(*figures) if figures else _not_an_object(paths)
+
+
+def _fast_figures(text: str, paths: ResultPaths) -> tuple[Figure, ...] | None:
+    """_figures through orjson, or None where only the standard library's reading decides."""
+    if _FAST_LOADS is None:
+        return None
     try:
-        figures = _figures(json.loads(text), paths)
-    except (ValueError, RecursionError):
-        return _not_an_object(paths)
-    return _outcome(*figures) if len(figures) == 4 else _not_an_object(paths)
+        figures = _figures(_FAST_LOADS(text), paths)
+    except ValueError:
+        return None  # what orjson refuses (NaN, say), the standard library judges
+    # An integer literal beyond 64 bits is a float to orjson, and an int to the standard
+    # library, which _number_at refuses: a figure that large is read again. (Any smaller
+    # integer is an int to both, and a float literal the same float.)
+    if any(isinstance(f, float) and f >= _OVERFLOW for f in figures):
+        return None
+    return figures
 
 
 _OVERFLOW = 2.0**63
 _ABSENT_ALL = (Missing.ABSENT,) * 4
 
 
-def _figures(document: object, paths: ResultPaths) -> tuple[float | Missing, ...]:
+def _figures(document: object, paths: ResultPaths) -> tuple[Figure, ...]:
     """The four figures of a parsed document (all absent for a JSON null); () when it is not
     an object."""
     if document is None:
@@ -161,7 +171,7 @@ def _not_an_object(paths: ResultPaths) -> Outcome:
 _NUMBER_START = frozenset("-0123456789")
 
 
-def _number_of(text: str | None) -> float | Missing:
+def _number_of(text: str | None) -> Figure:
     # NULL: the path leads nowhere; "null": a JSON null stands there. Neither is a value.
     if text is None or text == "null":
         return Missing.ABSENT
@@ -178,9 +188,6 @@ def _number_of(text: str | None) -> float | Missing:
     if not math.isfinite(value) or value < 0:
         return Missing.MALFORMED
     return value
-
-
-Figure = float | Missing
 
 
 def _outcome(duration_ms: Figure, ai: Figure, proxy: Figure, total: Figure) -> Outcome:
@@ -204,7 +211,7 @@ def _outcome(duration_ms: Figure, ai: Figure, proxy: Figure, total: Figure) -> O
     return Outcome(duration, cost, malformed)
 
 
-def _number_at(document: dict[str, object], path: JsonPath) -> float | Missing:
+def _number_at(document: dict[str, object], path: JsonPath) -> Figure:
     if path is None:
         return Missing.ABSENT
     node: Any = document

@@ -71,7 +71,9 @@ class _Layout:
     old: tuple[str | None, ...]  # the same, of those read from an UPDATE's old row
     keys: tuple[str | None, ...]  # the same, of the identity's columns only (a 'K' old row)
     status: int | None  # the status column's position (None: the relation does not send it)
-    kept: int  # how many columns ``names`` keeps
+    # How many columns ``names`` keeps, counted once per relation: an update's new row with
+    # fewer had an unchanged TOASTed value left out.
+    kept: int
 
 
 class Outlet:
